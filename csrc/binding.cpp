@@ -1,0 +1,135 @@
+// The only torch-aware file: tensors -> FwdParams, op registration (torch.library), and the
+// last line of defence on inputs. Friendly validation happens first in Python
+// (flash_attn_cuda/_validate.py); these checks catch direct calls of the raw op.
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "flash_api.h"
+
+namespace {
+
+void check_input(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), "flash_attn_cuda: ", name, " must be a CUDA tensor, got device ", t.device());
+  TORCH_CHECK(t.dim() == 4, "flash_attn_cuda: ", name, " must be 4-D (batch, seqlen, nheads, headdim), got ",
+              t.dim(), "-D");
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "flash_attn_cuda: ", name,
+              " must be float16 or bfloat16, got ", t.scalar_type());
+  TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cuda: ", name, " must have a contiguous last dimension");
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
+                       t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
+  TORCH_CHECK(aligned, "flash_attn_cuda: ", name,
+              " must be 16-byte aligned (data pointer and batch/seq/head strides multiples of 8 elements); "
+              "call .contiguous() on it");
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       double softmax_scale, bool causal) {
+  check_input(q, "q");
+  check_input(k, "k");
+  check_input(v, "v");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "flash_attn_cuda: q, k, v must share a dtype");
+  TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn_cuda: q, k, v must be on one device");
+  const int64_t batch = q.size(0), seqlen_q = q.size(1), nheads = q.size(2), headdim = q.size(3);
+  const int64_t seqlen_k = k.size(1), nheads_k = k.size(2);
+  TORCH_CHECK(k.size(0) == batch && v.size(0) == batch, "flash_attn_cuda: batch sizes of q, k, v differ");
+  TORCH_CHECK(v.size(1) == seqlen_k, "flash_attn_cuda: k and v seqlens differ");
+  TORCH_CHECK(v.size(2) == nheads_k, "flash_attn_cuda: k and v head counts differ");
+  TORCH_CHECK(nheads_k > 0 && nheads % nheads_k == 0, "flash_attn_cuda: nheads of q (", nheads,
+              ") must be a multiple of nheads of k/v (", nheads_k, ")");
+  TORCH_CHECK(k.size(3) == headdim && v.size(3) == headdim, "flash_attn_cuda: head dims of q, k, v differ");
+  TORCH_CHECK(headdim % 8 == 0 && headdim > 0 && headdim <= 256,
+              "flash_attn_cuda: head dim must be a multiple of 8 in [8, 256], got ", headdim);
+  TORCH_CHECK(batch <= 65535 && nheads <= 65535, "flash_attn_cuda: batch and nheads must be <= 65535");
+  TORCH_CHECK(seqlen_q < std::numeric_limits<int>::max() && seqlen_k < std::numeric_limits<int>::max(),
+              "flash_attn_cuda: sequence lengths must fit in int32");
+  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim,
+              " is larger than every head dim compiled into this build");
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
+              props->major, ".", props->minor);
+
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
+  if (out.numel() == 0) { return {out, lse}; }
+  if (seqlen_k == 0) {  // nothing to attend to: O = 0, LSE = -inf, like rows masked out entirely
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return {out, lse};
+  }
+
+  flash::FwdParams p;
+  p.q_ptr = q.data_ptr();
+  p.k_ptr = k.data_ptr();
+  p.v_ptr = v.data_ptr();
+  p.o_ptr = out.data_ptr();
+  p.lse_ptr = lse.data_ptr<float>();
+  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  p.batch = static_cast<int>(batch);
+  p.seqlen_q = static_cast<int>(seqlen_q);
+  p.seqlen_k = static_cast<int>(seqlen_k);
+  p.nheads = static_cast<int>(nheads);
+  p.nheads_k = static_cast<int>(nheads_k);
+  p.headdim = static_cast<int>(headdim);
+  p.headdim_rounded = headdim_rounded;
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+  p.window_left = -1;
+  p.window_right = causal ? 0 : -1;
+  p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
+
+  const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
+              q.scalar_type(), " and head dim ", headdim_rounded);
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: forward kernel launch failed: ", cudaGetErrorString(err),
+              err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
+                                                       "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
+                                                     : "");
+  return {out, lse};
+}
+
+std::vector<int64_t> compiled_head_dims() {
+  std::vector<int64_t> dims;
+  for (int d : flash::compiled_head_dims()) { dims.push_back(d); }
+  return dims;
+}
+
+// Names as torch spells them ("float16", "bfloat16").
+std::vector<std::string> compiled_dtypes() {
+  std::vector<std::string> names;
+  for (flash::DType t : flash::compiled_dtypes()) {
+    names.push_back(t == flash::DType::kFloat16 ? "float16" : "bfloat16");
+  }
+  return names;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(flash_attn_cuda, m) {
+  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> (Tensor out, Tensor lse)");
+  m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
+  m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
+}
+
+TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) { m.impl("fwd", &fwd); }
+
+// Importing flash_attn_cuda._C runs the static registrations above.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "flash_attn_cuda kernels (ops live in torch.ops.flash_attn_cuda)", -1, nullptr};
+  return PyModule_Create(&module);
+}

@@ -1,0 +1,25 @@
+// The torch-free entry points of the kernel library. The torch binding and the C++ benchmarks
+// use only this header (plus params.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "params.h"
+
+namespace flash {
+
+// Runs the forward pass on `stream`. params.headdim_rounded must be one of compiled_head_dims()
+// and params.dtype one of compiled_dtypes(); otherwise returns cudaErrorInvalidValue and
+// launches nothing. Returns the launch's error status.
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
+
+// What this build compiled (FLASH_ATTN_CUDA_HDIMS / FLASH_ATTN_CUDA_DTYPES at build time).
+std::vector<int> compiled_head_dims();
+std::vector<DType> compiled_dtypes();
+
+// The smallest compiled head dim >= headdim, or -1 if there is none.
+int round_head_dim(int headdim);
+
+}  // namespace flash

@@ -1,0 +1,67 @@
+// Dispatch from runtime (dtype, head dim) to the instantiations this build compiled. The set
+// is fixed at build time: tools/gen_instantiations.py writes instantiations/build_config.h
+// (FLASH_FOR_EACH_HDIM, FLASH_FOR_EACH_DTYPE) from FLASH_ATTN_CUDA_HDIMS / _DTYPES.
+#include <cutlass/numeric_types.h>
+
+#include "flash_api.h"
+#include "instantiations/build_config.h"
+
+namespace flash {
+
+template <typename Element, int kHeadDim>
+cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);  // instantiations/*.cu
+
+template <typename Element>
+static cudaError_t run_fwd_dtype(const FwdParams& params, cudaStream_t stream) {
+  switch (params.headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return run_fwd_<Element, D>(params, stream);
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
+  if (params.headdim <= 0 || params.headdim > params.headdim_rounded || params.headdim % 8 != 0 ||
+      params.nheads_k <= 0 || params.nheads % params.nheads_k != 0 || params.seqlen_q <= 0 ||
+      params.seqlen_k <= 0 || params.batch <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  switch (params.dtype) {
+#define FLASH_CASE(ENUM, TYPE) \
+  case DType::ENUM:            \
+    return run_fwd_dtype<TYPE>(params, stream);
+    FLASH_FOR_EACH_DTYPE(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+std::vector<int> compiled_head_dims() {
+  std::vector<int> dims;
+#define FLASH_PUSH(D) dims.push_back(D);
+  FLASH_FOR_EACH_HDIM(FLASH_PUSH)
+#undef FLASH_PUSH
+  return dims;
+}
+
+std::vector<DType> compiled_dtypes() {
+  std::vector<DType> dtypes;
+#define FLASH_PUSH(ENUM, TYPE) dtypes.push_back(DType::ENUM);
+  FLASH_FOR_EACH_DTYPE(FLASH_PUSH)
+#undef FLASH_PUSH
+  return dtypes;
+}
+
+int round_head_dim(int headdim) {
+  for (int d : compiled_head_dims()) {
+    if (d >= headdim) { return d; }
+  }
+  return -1;
+}
+
+}  // namespace flash

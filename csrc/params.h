@@ -1,0 +1,62 @@
+// Torch-free parameters of one attention call. The binding fills them from tensors; the C++
+// benchmarks fill them from cudaMalloc'd buffers. Kernels see nothing else.
+#pragma once
+
+#include <cstdint>
+
+namespace flash {
+
+// Element type of q/k/v/out. Kept as a plain enum so this header needs no CUDA types.
+enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
+
+// Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
+//
+//   q:   (batch, seqlen_q, nheads,   headdim)   or packed (total_q, nheads, headdim) with cu_seqlens_q
+//   k,v: (batch, seqlen_k, nheads_k, headdim)   or packed (total_k, nheads_k, headdim) with cu_seqlens_k
+//   out: like q
+//   lse: (batch, nheads, seqlen_q) float32, contiguous
+//
+// Fields marked "reserved" exist so that varlen and softcap can be added without reshaping
+// the struct; the current kernels require them at their defaults (checked by the binding).
+struct FwdParams {
+  // ---- pointers
+  const void* __restrict__ q_ptr = nullptr;
+  const void* __restrict__ k_ptr = nullptr;
+  const void* __restrict__ v_ptr = nullptr;
+  void* __restrict__ o_ptr = nullptr;
+  float* __restrict__ lse_ptr = nullptr;
+
+  // ---- strides (elements)
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+
+  // ---- sizes
+  int batch = 0;
+  int seqlen_q = 0;        // max over the batch when cu_seqlens_q is set
+  int seqlen_k = 0;        // max over the batch when cu_seqlens_k is set
+  int nheads = 0;          // query heads
+  int nheads_k = 0;        // key/value heads; nheads % nheads_k == 0 (GQA/MQA when smaller)
+  int headdim = 0;         // the real head dim d (d % 8 == 0)
+  int headdim_rounded = 0; // the compiled kernel's head dim (>= headdim); columns past d are zero-filled
+
+  // ---- softmax
+  float softmax_scale = 0.f;       // usually 1/sqrt(d)
+  float scale_log2 = 0.f;          // softmax_scale * log2(e): scores go straight into exp2
+
+  // ---- masking. Key j is visible to query i (bottom-right aligned, as flash-attn >= 2.1) iff
+  //   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
+  // a negative window side meaning unbounded. causal == (window_left < 0, window_right == 0).
+  int window_left = -1;
+  int window_right = -1;
+
+  // ---- reserved for later features
+  const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
+  const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
+  float softcap = 0.f;                // > 0: scores -> softcap * tanh(scores / softcap) (reserved)
+
+  DType dtype = DType::kBFloat16;
+};
+
+}  // namespace flash

@@ -1,0 +1,55 @@
+"""flash_attn_cuda: FlashAttention-2 in CUTLASS/CuTe as a PyTorch extension.
+
+    from flash_attn_cuda import attention
+    out = attention(q, k, v, causal=True)   # q: (batch, seqlen_q, nheads, headdim)
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+
+from ._ops import compiled_dtypes, compiled_head_dims
+from ._validate import check_attention_inputs
+
+__version__ = "0.1.0"
+__all__ = ["attention", "compiled_head_dims", "compiled_dtypes", "__version__"]
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    return_lse: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Exact softmax attention, computed by the FlashAttention-2 kernels of this package.
+
+    Args:
+        q: (batch, seqlen_q, nheads, headdim), float16 or bfloat16, on a CUDA GPU (sm80+).
+        k: (batch, seqlen_k, nheads_k, headdim), same dtype/device; nheads % nheads_k == 0
+           (nheads_k < nheads is grouped-query attention: head h reads K/V head h // (nheads // nheads_k)).
+        v: (batch, seqlen_k, nheads_k, headdim).
+        causal: mask keys after the query, aligned to the bottom-right corner of the score matrix
+            (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
+            no key get output 0 and LSE -inf.
+        softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
+        return_lse: also return the log-sum-exp of each row's scaled scores.
+
+    headdim must be a multiple of 8 and <= 256; only the last dimension of each input must be
+    contiguous (strided views of the others are fine).
+
+    Returns:
+        out: (batch, seqlen_q, nheads, headdim), the dtype of q; and if return_lse,
+        lse: (batch, nheads, seqlen_q) float32.
+    """
+    # The GPU-capability query needs a real device: skip it while tracing / on fake tensors.
+    real = not torch.compiler.is_compiling() and not is_fake(q)
+    check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(), check_device=real)
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal))
+    return (out, lse) if return_lse else out

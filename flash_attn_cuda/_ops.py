@@ -1,0 +1,54 @@
+"""Loads the compiled kernels and wires the raw op into torch.library: fake (meta) impl for
+torch.compile, and an autograd registration."""
+from __future__ import annotations
+
+import torch
+
+try:
+    from . import _C  # noqa: F401  (registers torch.ops.flash_attn_cuda.*)
+except ImportError as e:  # pragma: no cover - exercised only on broken installs
+    raise ImportError(
+        "flash_attn_cuda: the compiled extension flash_attn_cuda._C is missing or failed to load "
+        f"({e}). Build it with `pip install --no-build-isolation .` (see README)."
+    ) from e
+
+_ops = torch.ops.flash_attn_cuda
+
+
+# Read once at import: fixed for the life of the library, and plain Python values keep
+# torch.compile from tracing into these ops.
+_COMPILED_HEAD_DIMS: tuple[int, ...] = tuple(_ops.compiled_head_dims())
+_COMPILED_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in _ops.compiled_dtypes())
+
+
+def compiled_head_dims() -> tuple[int, ...]:
+    """Head dims this build compiled kernels for (FLASH_ATTN_CUDA_HDIMS)."""
+    return _COMPILED_HEAD_DIMS
+
+
+def compiled_dtypes() -> tuple[torch.dtype, ...]:
+    """Element types this build compiled kernels for (FLASH_ATTN_CUDA_DTYPES)."""
+    return _COMPILED_DTYPES
+
+
+@torch.library.register_fake("flash_attn_cuda::fwd")
+def _fwd_fake(q, k, v, softmax_scale, causal):
+    # out: (batch, seqlen_q, nheads, headdim) contiguous like the kernel's; lse: (batch, nheads, seqlen_q) fp32
+    batch, seqlen_q, nheads, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    pass
+
+
+def _fwd_backward(ctx, grad_out, grad_lse):
+    raise NotImplementedError(
+        "flash_attn_cuda: the backward pass is not implemented yet (forward-only build); "
+        "use torch.nn.functional.scaled_dot_product_attention for training for now"
+    )
+
+
+torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_context=_fwd_setup_context)

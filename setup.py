@@ -1,0 +1,73 @@
+"""Build of flash_attn_cuda: one CUDA extension (flash_attn_cuda._C) compiled with ninja.
+
+Build flags (environment; see tools/build_config.py and README "Build flags"):
+  FLASH_ATTN_CUDA_ARCHS="80;90"  FLASH_ATTN_CUDA_HDIMS=all  FLASH_ATTN_CUDA_DTYPES=fp16,bf16
+  MAX_JOBS (parallel nvcc jobs), NVCC_THREADS (threads per nvcc), CUTLASS_DIR (CUTLASS checkout)
+"""
+import os
+import pathlib
+import shutil
+import sys
+
+from setuptools import find_packages, setup
+
+ROOT = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tools"))
+import build_config  # noqa: E402
+import gen_instantiations  # noqa: E402
+sys.path.insert(0, str(ROOT / "third_party"))
+import find_cutlass  # noqa: E402
+
+# nvcc may live outside PATH's idea of CUDA_HOME (e.g. /usr/local/bin/nvcc is a wrapper here).
+if "CUDA_HOME" not in os.environ and "CUDA_PATH" not in os.environ and os.path.isdir("/usr/local/cuda"):
+    os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
+
+cfg = build_config.from_env(os.environ)
+# torch reads this when it adds arch flags itself; ours below take precedence, keep them in step.
+os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a // 10}.{a % 10}" for a in cfg.archs)
+
+instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes)
+sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu"] + [os.path.relpath(p, ROOT) for p in instantiations]
+
+include_dirs = [str(ROOT / "csrc"), find_cutlass.include_dir()]
+# The CUDA 13 pip wheels keep cuBLAS/cuSPARSE headers (needed by torch's headers) here.
+for path in sys.path:
+    cu13 = pathlib.Path(path) / "nvidia" / "cu13" / "include"
+    if cu13.is_dir():
+        include_dirs.append(str(cu13))
+        break
+
+nvcc_flags = [
+    "-O3", "-std=c++20", "-DNDEBUG", "--use_fast_math", "--expt-relaxed-constexpr",
+    "-lineinfo",  # source lines in SASS for profiling; no runtime cost
+    "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+] + build_config.nvcc_gencode_flags(cfg.archs)
+if os.environ.get("NVCC_THREADS"):
+    nvcc_flags += ["--threads", os.environ["NVCC_THREADS"]]
+if os.environ.get("FLASH_ATTN_CUDA_PTXAS_VERBOSE"):
+    nvcc_flags += ["-Xptxas", "-v"]
+
+print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} "
+      f"cutlass={include_dirs[1]}", flush=True)
+
+setup(
+    name="flash_attn_cuda",
+    version="0.1.0",
+    description="FlashAttention-2 forward kernels in CUTLASS/CuTe as a PyTorch extension",
+    packages=find_packages(include=["flash_attn_cuda", "flash_attn_cuda.*"]),
+    ext_modules=[
+        CUDAExtension(
+            name="flash_attn_cuda._C",
+            sources=sources,
+            include_dirs=include_dirs,
+            extra_compile_args={"cxx": ["-O3", "-std=c++20"], "nvcc": nvcc_flags},
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
+    python_requires=">=3.10",
+    install_requires=["torch>=2.4"],
+    zip_safe=False,
+)

@@ -1,0 +1,194 @@
+"""flash_attn_cuda.attention on the GPU against a float32 reference.
+
+Tolerance rule (FA2's): our max error vs the float32 reference must be at most twice the max
+error of the same computation done by PyTorch in the low precision, plus 1e-5. Every output
+buffer is poisoned (NaN) before the call, so an element the kernel fails to write shows up.
+"""
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if torch.cuda.is_available():
+    import flash_attn_cuda
+    from flash_attn_cuda import attention
+    from flash_attn_cuda.reference import attention_ref
+
+    HDIMS = flash_attn_cuda.compiled_head_dims()
+    DTYPES = flash_attn_cuda.compiled_dtypes()
+else:  # collected but skipped (conftest): parameter lists only need to exist
+    HDIMS, DTYPES = (64,), (torch.bfloat16,)
+
+SEQLENS = [(1, 1), (7, 7), (64, 128), (113, 203), (128, 128), (255, 1000), (1000, 255), (2049, 2049)]
+
+
+def poison_allocator(*shapes_dtypes):
+    """Fill the caching allocator's next blocks of these sizes with NaN, so outputs the kernel
+    does not write stay NaN instead of happening to be zero."""
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for shape, dtype in shapes_dtypes]
+    del blocks
+
+
+def run_and_check(q, k, v, causal=False, softmax_scale=None):
+    batch, seqlen_q, nheads, d = q.shape
+    poison_allocator((q.shape, q.dtype), ((batch, nheads, seqlen_q), torch.float32))
+    out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+    torch.cuda.synchronize()
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (batch, nheads, seqlen_q) and lse.dtype == torch.float32
+
+    ref, ref_lse = attention_ref(q, k, v, causal, softmax_scale, compute_dtype=torch.float32)
+    ref_lowp, _ = attention_ref(q, k, v, causal, softmax_scale, compute_dtype=None)
+    assert not out.isnan().any(), "output has NaN (unwritten or wrong)"
+    err = (out.float() - ref).abs().max().item()
+    err_pt = (ref_lowp.float() - ref).abs().max().item()
+    assert err <= 2 * err_pt + 1e-5, f"max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-5"
+
+    empty = ref_lse == float("-inf")  # rows that see no key
+    assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
+    assert torch.all(out.float().abs().amax(-1).transpose(1, 2)[empty] == 0), "rows with no key must be 0"
+    lse_err = (lse[~empty] - ref_lse[~empty]).abs().max().item() if (~empty).any() else 0.0
+    assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}"
+    return out, lse
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+def test_matches_reference(seqlen_q, seqlen_k, causal, hdim, dtype):
+    torch.manual_seed(seqlen_q * 7 + seqlen_k + hdim)
+    batch, nheads = (2, 3) if seqlen_q * seqlen_k < 1_000_000 else (1, 2)
+    q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
+    run_and_check(q, k, v, causal)
+
+
+@pytest.mark.parametrize("hdim", [8, 40, 72, 136, 200, 248])
+@pytest.mark.parametrize("causal", [False, True])
+def test_uncompiled_head_dims_run_next_size_up(hdim, causal):
+    if not any(d >= hdim for d in HDIMS):
+        pytest.skip(f"no compiled head dim >= {hdim} in this build")
+    dtype = DTYPES[0]
+    q, k, v = (torch.randn(2, 150, 2, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    run_and_check(q, k, v, causal)
+
+
+@pytest.mark.parametrize("batch,nheads", [(1, 1), (3, 5), (8, 16)])
+def test_batch_and_heads(batch, nheads):
+    hdim, dtype = HDIMS[-1], DTYPES[0]
+    q = torch.randn(batch, 300, nheads, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, 257, nheads, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(batch, 257, nheads, hdim, device="cuda", dtype=dtype)
+    run_and_check(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("nheads,nheads_k", [(8, 2), (6, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention(nheads, nheads_k, causal):
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(2, 190, nheads, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 333, nheads_k, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, 333, nheads_k, hdim, device="cuda", dtype=dtype)
+    run_and_check(q, k, v, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_strided_inputs(causal):
+    """Views whose batch/seq/head strides are not those of a contiguous tensor."""
+    hdim, dtype = HDIMS[0], DTYPES[-1]
+    # (batch, nheads, seqlen, d) storage seen as (batch, seqlen, nheads, d), as after a transpose
+    q = torch.randn(2, 4, 177, hdim, device="cuda", dtype=dtype).transpose(1, 2)
+    # a packed qkv projection: (batch, seqlen, 3, nheads, d) sliced
+    kv = torch.randn(2, 211, 3, 4, hdim, device="cuda", dtype=dtype)
+    k, v = kv[:, :, 1], kv[:, :, 2]
+    assert not q.is_contiguous() and not k.is_contiguous()
+    out, _ = run_and_check(q, k, v, causal)
+    dense, _ = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal, return_lse=True)
+    assert torch.equal(out, dense), "strided and contiguous inputs must give identical results"
+
+
+@pytest.mark.parametrize("scale", [10.0, 30.0])
+def test_large_magnitude_inputs(scale):
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = scale * torch.randn(2, 500, 2, hdim, device="cuda", dtype=dtype)
+    k = scale * torch.randn(2, 500, 2, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, 500, 2, hdim, device="cuda", dtype=dtype)
+    run_and_check(q, k, v, causal=True)
+
+
+def test_softmax_scale_and_rows_without_keys():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(1, 300, 2, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(1, 70, 2, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(1, 70, 2, hdim, device="cuda", dtype=dtype)
+    out, lse = run_and_check(q, k, v, causal=True, softmax_scale=0.3)
+    assert torch.all(lse[:, :, :230] == float("-inf")) and torch.all(out[:, :230] == 0)
+
+
+def test_repeated_runs_are_bitwise_identical():
+    hdim, dtype = HDIMS[-1], DTYPES[0]
+    q, k, v = (torch.randn(2, 1024, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    first = attention(q, k, v, causal=True)
+    for _ in range(3):
+        assert torch.equal(attention(q, k, v, causal=True), first)
+
+
+def test_empty_and_zero_length_inputs():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(2, 0, 2, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 5, 2, hdim, device="cuda", dtype=dtype)
+    assert attention(q, k, k).shape == q.shape
+    q = torch.randn(2, 3, 2, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 0, 2, hdim, device="cuda", dtype=dtype)
+    out, lse = attention(q, k, k, return_lse=True)
+    assert torch.all(out == 0) and torch.all(lse == float("-inf"))
+
+
+def test_torch_compile_fullgraph():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+
+    def block(x, wq, wk, wv):
+        b, s, _ = x.shape
+        q = (x @ wq).view(b, s, 4, hdim)
+        k = (x @ wk).view(b, s, 4, hdim)
+        v = (x @ wv).view(b, s, 4, hdim)
+        return attention(q, k, v, causal=True).reshape(b, s, -1).relu()
+
+    x = torch.randn(2, 256, 4 * hdim, device="cuda", dtype=dtype)
+    w = [torch.randn(4 * hdim, 4 * hdim, device="cuda", dtype=dtype) / math.sqrt(4 * hdim) for _ in range(3)]
+    compiled = torch.compile(block, fullgraph=True)
+    torch.testing.assert_close(compiled(x, *w), block(x, *w), rtol=0, atol=0)
+
+
+def test_opcheck():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v = (torch.randn(2, 100, 2, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    # The backward is not implemented yet, so inputs do not require grad.
+    torch.library.opcheck(torch.ops.flash_attn_cuda.fwd.default, (q, k, v, hdim ** -0.5, True),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static",
+                                      "test_aot_dispatch_dynamic"))
+
+
+def test_backward_raises_clearly():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v = (torch.randn(1, 16, 1, hdim, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    with pytest.raises(NotImplementedError, match="backward"):
+        attention(q, k, v).sum().backward()
+
+
+def test_bad_inputs_raise_on_gpu():
+    dtype = DTYPES[0]
+    q = torch.randn(1, 16, 2, 64, device="cuda", dtype=dtype)
+    with pytest.raises(TypeError, match="float16 or torch.bfloat16"):
+        attention(q.float(), q.float(), q.float())
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        attention(q.cpu(), q, q)
+    big = torch.randn(1, 16, 2, 72, device="cuda", dtype=dtype)[..., 1:65]
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        attention(big, big, big)
+    with pytest.raises(RuntimeError, match="16-byte aligned"):  # the raw op checks too
+        torch.ops.flash_attn_cuda.fwd(big, big, big, 0.125, False)

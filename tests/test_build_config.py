@@ -1,0 +1,58 @@
+"""Build-flag parsing and instantiation generation (tools/), no compiler needed."""
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+import build_config  # noqa: E402
+import gen_instantiations  # noqa: E402
+
+
+def test_defaults():
+    cfg = build_config.from_env({})
+    assert cfg.archs == (80, 90)
+    assert cfg.head_dims == (32, 64, 96, 128, 160, 192, 224, 256)
+    assert cfg.dtypes == ("fp16", "bf16")
+
+
+@pytest.mark.parametrize("text,expected", [("90", (90,)), ("80;90", (80, 90)), ("9.0, 8.0", (80, 90)),
+                                           ("sm_90", (90,)), ("90 90", (90,))])
+def test_archs(text, expected):
+    assert build_config.parse_archs(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["75", "sm_70", "ninety", "9"])
+def test_bad_archs_raise(bad):
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_ARCHS"):
+        build_config.parse_archs(bad)
+
+
+def test_head_dims_and_dtypes():
+    assert build_config.parse_head_dims("128,64;64") == (64, 128)
+    assert build_config.parse_head_dims("all") == build_config.ALL_HEAD_DIMS
+    assert build_config.parse_dtypes("bfloat16") == ("bf16",)
+    assert build_config.parse_dtypes("bf16,fp16") == ("fp16", "bf16")
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_HDIMS"):
+        build_config.parse_head_dims("48")
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_DTYPES"):
+        build_config.parse_dtypes("fp32")
+
+
+def test_gencode_flags_embed_ptx_of_newest_arch():
+    flags = build_config.nvcc_gencode_flags((80, 90))
+    assert "-gencode=arch=compute_80,code=sm_80" in flags
+    assert "-gencode=arch=compute_90,code=sm_90" in flags
+    assert flags[-1] == "-gencode=arch=compute_90,code=compute_90"
+
+
+def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
+    files = gen_instantiations.generate(tmp_path, (64, 128), ("bf16",))
+    assert sorted(pathlib.Path(f).name for f in files) == ["fwd_hdim128_bf16.cu", "fwd_hdim64_bf16.cu"]
+    text = (tmp_path / "fwd_hdim64_bf16.cu").read_text()
+    assert "run_fwd_<cutlass::bfloat16_t, 64>" in text
+    config = (tmp_path / "build_config.h").read_text()
+    assert "#define FLASH_FOR_EACH_HDIM(X) X(64) X(128)" in config
+    assert "X(kBFloat16, cutlass::bfloat16_t)" in config and "kFloat16," not in config
+    gen_instantiations.generate(tmp_path, (64,), ("fp16",))
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["fwd_hdim64_fp16.cu"]

@@ -1,0 +1,99 @@
+"""Input validation and the fake (meta) implementation, on fake CUDA tensors: runs without a
+GPU, exactly as torch.compile sees the op while tracing."""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flash_attn_cuda
+from flash_attn_cuda import attention
+from flash_attn_cuda._validate import check_attention_inputs
+
+HDIM = flash_attn_cuda.compiled_head_dims()[0]
+DTYPE = flash_attn_cuda.compiled_dtypes()[0]
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def t(*shape, dtype=DTYPE, device="cuda"):
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def test_build_reports_what_it_compiled():
+    assert set(flash_attn_cuda.compiled_head_dims()) <= {32, 64, 96, 128, 160, 192, 224, 256}
+    assert len(flash_attn_cuda.compiled_head_dims()) >= 1
+    assert set(flash_attn_cuda.compiled_dtypes()) <= {torch.float16, torch.bfloat16}
+
+
+def test_fake_op_shapes(fake):
+    q, k, v = t(2, 100, 8, HDIM), t(2, 37, 2, HDIM), t(2, 37, 2, HDIM)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    assert out.shape == (2, 100, 8, HDIM) and out.dtype == DTYPE and out.device.type == "cuda"
+    assert lse.shape == (2, 8, 100) and lse.dtype == torch.float32
+    assert attention(q, k, v).shape == q.shape
+
+
+def test_strided_views_are_accepted(fake):
+    q = t(2, 8, 100, HDIM).transpose(1, 2)  # (2, 100, 8, d) with head-major strides
+    assert attention(q, q, q).shape == (2, 100, 8, HDIM)
+
+
+BAD = [
+    # (description, builder, exception, message fragment)
+    ("cpu tensor", lambda: (t(1, 4, 2, HDIM, device="cpu"),) * 3, ValueError, "must be a CUDA tensor"),
+    ("float32", lambda: (t(1, 4, 2, HDIM, dtype=torch.float32),) * 3, TypeError, "float16 or torch.bfloat16"),
+    ("float64", lambda: (t(1, 4, 2, HDIM, dtype=torch.float64),) * 3, TypeError, "float16 or torch.bfloat16"),
+    ("3-D", lambda: (t(4, 2, HDIM),) * 3, ValueError, "must be 4-D"),
+    ("not a tensor", lambda: ([1, 2], t(1, 4, 2, HDIM), t(1, 4, 2, HDIM)), TypeError, "must be a torch.Tensor"),
+    ("mixed dtypes", lambda: (t(1, 4, 2, HDIM), t(1, 4, 2, HDIM, dtype=torch.float16 if DTYPE == torch.bfloat16
+                                                   else torch.bfloat16), t(1, 4, 2, HDIM)), TypeError, "share a dtype"),
+    ("batch", lambda: (t(1, 4, 2, HDIM), t(2, 4, 2, HDIM), t(2, 4, 2, HDIM)), ValueError, "batch sizes differ"),
+    ("kv seqlen", lambda: (t(1, 4, 2, HDIM), t(1, 5, 2, HDIM), t(1, 6, 2, HDIM)), ValueError, "same seqlen"),
+    ("kv heads", lambda: (t(1, 4, 2, HDIM), t(1, 5, 2, HDIM), t(1, 5, 1, HDIM)), ValueError, "same number of heads"),
+    ("heads ratio", lambda: (t(1, 4, 3, HDIM), t(1, 5, 2, HDIM), t(1, 5, 2, HDIM)), ValueError, "multiple of nheads"),
+    ("head dims", lambda: (t(1, 4, 2, HDIM), t(1, 5, 2, HDIM + 8), t(1, 5, 2, HDIM + 8)), ValueError,
+     "head dims differ"),
+    ("d > 256", lambda: (t(1, 4, 2, 264),) * 3, ValueError, "<= 256"),
+    ("d % 8", lambda: (t(1, 4, 2, 60),) * 3, ValueError, "multiple of 8"),
+    ("last dim strided", lambda: (t(1, 4, 2, 2 * HDIM)[..., ::2],) * 3, ValueError, "contiguous last dimension"),
+    ("misaligned", lambda: (t(1, 4, 2, HDIM + 8)[..., 1:HDIM + 1],) * 3, ValueError, "16-byte aligned"),
+    ("grid", lambda: (t(70000, 1, 1, HDIM),) * 3, ValueError, "<= 65535"),
+]
+
+
+@pytest.mark.parametrize("desc,build,exc,msg", BAD, ids=[b[0] for b in BAD])
+def test_bad_inputs_raise_one_clear_exception(fake, desc, build, exc, msg):
+    with pytest.raises(exc, match=msg):
+        attention(*build())
+
+
+def test_uncompiled_head_dim_and_dtype_are_reported(fake):
+    q = t(1, 4, 2, 64)
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_HDIMS"):
+        check_attention_inputs(q, q, q, compiled_head_dims=(32,), compiled_dtypes=(DTYPE,), check_device=False)
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_DTYPES"):
+        check_attention_inputs(q, q, q, compiled_head_dims=(64,), compiled_dtypes=(), check_device=False)
+
+
+def test_head_dim_rounds_up_to_next_compiled(fake):
+    q = t(1, 4, 2, 72)
+    assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 128
+    q = t(1, 4, 2, 64)
+    assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 64
+
+
+def test_bench_without_gpu_says_so(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from flash_attn_cuda import bench
+    assert bench.main(["--hdims", "64", "--seqlens", "512"]) != 0
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_flops_formula():
+    from flash_attn_cuda.bench import attention_flops
+    assert attention_flops(2, 1024, 16, 128, causal=False) == 4 * 2 * 1024 ** 2 * 16 * 128
+    assert attention_flops(2, 1024, 16, 128, causal=True) == 2 * 2 * 1024 ** 2 * 16 * 128
