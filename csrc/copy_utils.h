@@ -10,8 +10,10 @@ namespace flash {
 using namespace cute;
 
 // Global -> shared with cp.async where (row < max_rows && col < max_cols), zeros elsewhere.
+// kCheckRows = false drops the row test (interior K/V blocks are whole): fewer live registers
+// in the hot loop. Columns are always tested: head dims between compiled sizes are padded.
 //   src: (CPY, CPY_M, CPY_K) global   dst: same, shared   coords: same, tile-local (row, col)
-template <class TiledCopy, class Src, class Dst, class Coords>
+template <bool kCheckRows = true, class TiledCopy, class Src, class Dst, class Coords>
 CUTE_DEVICE void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst,
                            Coords const& coords, int max_rows, int max_cols) {
   // Compare compile-time offsets against limits relative to this thread's first chunk: one
@@ -20,7 +22,7 @@ CUTE_DEVICE void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& ds
   const int col_limit = max_cols - get<1>(coords(0, 0, 0));
   CUTE_UNROLL
   for (int m = 0; m < size<1>(dst); ++m) {
-    const bool row_ok = get<0>(coords(0, m, 0)) - get<0>(coords(0, 0, 0)) < row_limit;
+    const bool row_ok = !kCheckRows || get<0>(coords(0, m, 0)) - get<0>(coords(0, 0, 0)) < row_limit;
     CUTE_UNROLL
     for (int k = 0; k < size<2>(dst); ++k) {
       if (row_ok && get<1>(coords(0, m, k)) - get<1>(coords(0, 0, 0)) < col_limit) {

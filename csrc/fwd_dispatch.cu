@@ -27,7 +27,10 @@ static cudaError_t run_fwd_dtype(const FwdParams& params, cudaStream_t stream) {
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
   if (params.headdim <= 0 || params.headdim > params.headdim_rounded || params.headdim % 8 != 0 ||
       params.nheads_k <= 0 || params.nheads % params.nheads_k != 0 || params.seqlen_q <= 0 ||
-      params.seqlen_k <= 0 || params.batch <= 0) {
+      params.seqlen_k <= 0 || params.batch <= 0 ||
+      // reserved fields (params.h) the kernels do not implement yet
+      params.window_left >= 0 || params.cu_seqlens_q != nullptr || params.cu_seqlens_k != nullptr ||
+      params.softcap != 0.f) {
     return cudaErrorInvalidValue;
   }
   switch (params.dtype) {

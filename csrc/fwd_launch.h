@@ -28,7 +28,8 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
 template <typename Element, int kHeadDim>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
   using Cfg = FwdTileConfig<kHeadDim>;
-  return launch_fwd<FwdTraits<kHeadDim, Cfg::kBlockM, Cfg::kBlockN, Cfg::kNWarps, Element>>(params, stream);
+  return launch_fwd<FwdTraits<kHeadDim, Cfg::kBlockM, Cfg::kBlockN, Cfg::kNWarps, Element, Cfg::kSplitMaskedLoop>>(
+      params, stream);
 }
 
 }  // namespace flash

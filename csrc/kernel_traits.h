@@ -14,7 +14,7 @@ template <typename Element> struct MmaAtomFor;
 template <> struct MmaAtomFor<cutlass::half_t> { using type = SM80_16x8x16_F32F16F16F32_TN; };
 template <> struct MmaAtomFor<cutlass::bfloat16_t> { using type = SM80_16x8x16_F32BF16BF16F32_TN; };
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Element_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Element_, bool kSplitMaskedLoop_ = true>
 struct FwdTraits {
   using Element = Element_;
   using ElementAccum = float;
@@ -24,6 +24,10 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kNWarps = kNWarps_;
   static constexpr int kNThreads = kNWarps * 32;
+  // true: masked K/V blocks run in their own loop, the interior loop has no mask code.
+  // false: one loop, mask and row checks decided per block at run time. Which one spills
+  // less is up to ptxas; fwd_tile_config.h records the measured choice per head dim.
+  static constexpr bool kSplitMaskedLoop = kSplitMaskedLoop_;
 
   static_assert(kHeadDim % 32 == 0, "compiled head dims are multiples of 32");
   static_assert(kBlockM % (16 * kNWarps) == 0, "each warp owns whole 16-row MMA slabs of the Q tile");

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# On the GPU host: build for sm_90 with all cores, run the tests, run the forward benchmark.
-# Logs and results go to $OUT (default ./gpu_out). Needs the nvidia-cutlass wheel in .whl/
-# (no package registry there) unless CUTLASS_DIR is set.
+# On the GPU host: build for sm_90 with all cores, run the tests, run the forward benchmark,
+# optionally a tile sweep. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
+#   summary.txt build.log tests.log bench.log h200_fwd.{csv,md,png} tune.log
+# Needs the nvidia-cutlass wheel in .whl/ (no package registry there) unless CUTLASS_DIR is set.
 #
-#   scripts/gpu_check.sh                 build + tests + benchmark
-#   SKIP_BENCH=1 scripts/gpu_check.sh    build + tests
+#   scripts/gpu_check.sh                         build + tests + benchmark
+#   SKIP_BENCH=1 scripts/gpu_check.sh            build + tests
 #   TESTS="tests/test_attention_gpu.py -k compile" BENCH_ARGS="--hdims 128" scripts/gpu_check.sh
+#   TUNE="96:128x64x4x1 96:64x64x4x1" scripts/gpu_check.sh     also run benchmarks/cpp/tune_fwd.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-log() { echo "[gpu_check $(date +%H:%M:%S)] $*"; }
+summary="$OUT/summary.txt"
+log() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$summary"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu \
-  --format=csv > "$OUT/gpu.txt" 2>&1
-cat "$OUT/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+  --format=csv 2>&1 | tee "$summary"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" \
+  | tee -a "$summary"
 
 if [ -z "${CUTLASS_DIR:-}" ]; then
   wheel=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -1)
@@ -33,23 +36,29 @@ start=$(date +%s)
 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
 rc=$?
 log "build rc=$rc in $(( $(date +%s) - start )) s"
-grep -E "registers|spill" "$OUT/build.log" | paste - - | sed -E 's/ptxas info *: //g' > "$OUT/ptxas.txt" || true
-grep -B1 -A0 "Compiling entry" "$OUT/build.log" | grep -o "fwd_kernelINS_9FwdTraitsILi[0-9]*ELi[0-9]*ELi[0-9]*ELi[0-9]*EN7cutlass[0-9]*[a-z0-9_]*" > "$OUT/kernels.txt" || true
+# registers / spills of every forward kernel instance
+awk '/Function properties for .*fwd_kernel/{name=$NF; getline a; getline b; print name ": " a " |" b}' \
+  "$OUT/build.log" | sed -E 's/_ZN5flash10fwd_kernelINS_9FwdTraitsI//; s/ptxas info *: //' | tee -a "$summary"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
-tar czf "$OUT/build.tgz" flash_attn_cuda/_C*.so
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   log "tests"
-  python3 -m pytest ${TESTS:-tests} -q -x -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
   trc=$?
-  tail -25 "$OUT/tests.log"
-  log "tests rc=$trc"
+  tail -15 "$OUT/tests.log"
+  log "tests rc=$trc: $(tail -1 "$OUT/tests.log")"
 fi
 
 if [ -z "${SKIP_BENCH:-}" ]; then
   log "benchmark"
   python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --csv "$OUT/h200_fwd.csv" --md "$OUT/h200_fwd.md" \
-    --plot "$OUT/h200_fwd.png" 2> "$OUT/bench.err"
+    --plot "$OUT/h200_fwd.png" > "$OUT/bench.log" 2>&1
   log "bench rc=$?"
+  grep "^|" "$OUT/bench.log"
 fi
-cat "$OUT/ptxas.txt" 2>/dev/null | head -40
+
+if [ -n "${TUNE:-}" ]; then
+  log "tile sweep: $TUNE"
+  benchmarks/cpp/tune_fwd.sh "$TUNE" /tmp/tune > "$OUT/tune.log" 2>&1
+  log "tune rc=$?"
+fi

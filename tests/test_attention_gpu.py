@@ -49,8 +49,11 @@ def run_and_check(q, k, v, causal=False, softmax_scale=None):
     empty = ref_lse == float("-inf")  # rows that see no key
     assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
     assert torch.all(out.float().abs().amax(-1).transpose(1, 2)[empty] == 0), "rows with no key must be 0"
-    lse_err = (lse[~empty] - ref_lse[~empty]).abs().max().item() if (~empty).any() else 0.0
-    assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}"
+    if (~empty).any():
+        # fp32 scores summed in another order: error relative to the LSE's magnitude
+        # (large-magnitude inputs give LSEs in the thousands).
+        lse_err = ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item()
+        assert lse_err <= 1e-4, f"LSE relative error {lse_err:.3e}"
     return out, lse
 
 

@@ -1,0 +1,42 @@
+# flash_attn_cuda developer entry points. Build flags come from the environment
+# (FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_CUDA_HDIMS, FLASH_ATTN_CUDA_DTYPES, MAX_JOBS, CUTLASS_DIR).
+PYTHON ?= python3
+export CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+BUILD ?= build/cpp
+
+.PHONY: install test bench bench-cpp clean
+
+install:            ## build the extension in place and install the package (editable)
+	$(PYTHON) -m pip install --no-build-isolation --no-deps -e . -v
+
+test:               ## CPU tests always; GPU tests when a GPU is present (skipped otherwise)
+	$(PYTHON) -m pytest tests -q
+
+bench:              ## forward benchmark vs SDPA backends on the FA2-paper grid (needs a GPU)
+	$(PYTHON) -m flash_attn_cuda.bench --csv benchmarks/results/h200_fwd.csv \
+	  --md benchmarks/results/h200_fwd.md --plot benchmarks/results/h200_fwd.png
+
+# ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
+CUTLASS_INC = $(shell $(PYTHON) third_party/find_cutlass.py)
+GENCODE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
+  print(' '.join(b.nvcc_gencode_flags(b.parse_archs(os.environ.get('FLASH_ATTN_CUDA_ARCHS')))))")
+NVCC_FLAGS = -O3 -std=c++20 -DNDEBUG --use_fast_math --expt-relaxed-constexpr -lineinfo $(GENCODE) \
+  -Icsrc -I$(CUTLASS_INC)
+
+bench-cpp:          ## build/cpp/bench_fwd (runs on the GPU host; builds anywhere nvcc is)
+	$(PYTHON) tools/gen_instantiations.py > /dev/null
+	$(MAKE) $(BUILD)/bench_fwd
+
+KERNEL_SRCS = csrc/fwd_dispatch.cu $(wildcard csrc/instantiations/*.cu)
+KERNEL_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(KERNEL_SRCS))
+
+$(BUILD)/%.o: csrc/%.cu $(wildcard csrc/*.h) csrc/instantiations/build_config.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD)/bench_fwd: benchmarks/cpp/bench_fwd.cu $(KERNEL_OBJS)
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@
+
+clean:
+	rm -rf build flash_attn_cuda/*.so csrc/instantiations
