@@ -46,9 +46,11 @@ def attention(
         out: (batch, seqlen_q, nheads, headdim), the dtype of q; and if return_lse,
         lse: (batch, nheads, seqlen_q) float32.
     """
-    # The GPU-capability query needs a real device: skip it while tracing / on fake tensors.
-    real = not torch.compiler.is_compiling() and not is_fake(q)
-    check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(), check_device=real)
+    # While torch.compile traces, storage offsets and the GPU are out of reach: the op's C++
+    # side checks alignment and capability on the real tensors at run time.
+    compiling = torch.compiler.is_compiling()
+    check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
+                           check_device=not compiling and not is_fake(q), check_alignment=not compiling)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal))

@@ -40,8 +40,12 @@ def _check_aligned(name: str, t: torch.Tensor) -> None:
 
 
 def check_attention_inputs(q, k, v, compiled_head_dims: Sequence[int], compiled_dtypes: Sequence[torch.dtype],
-                           check_device: bool = True) -> int:
+                           check_device: bool = True, check_alignment: bool = True) -> int:
     """Validates q: (batch, seqlen_q, nheads, headdim), k/v: (batch, seqlen_k, nheads_k, headdim).
+
+    check_device queries the GPU's compute capability (real tensors only). check_alignment reads
+    storage offsets, which torch.compile cannot trace; while compiling, the op's C++ side checks
+    alignment on the real tensors instead (RuntimeError, same message).
 
     Returns the compiled head dim that will run (the smallest compiled one >= headdim).
     Raises TypeError for wrong types/dtypes and ValueError for everything else.
@@ -80,8 +84,9 @@ def check_attention_inputs(q, k, v, compiled_head_dims: Sequence[int], compiled_
         raise ValueError(f"flash_attn_cuda: head dim {headdim} needs a compiled head dim >= {headdim}, but this "
                          f"build has only {sorted(compiled_head_dims)}; rebuild with FLASH_ATTN_CUDA_HDIMS "
                          f"including one")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_aligned(name, t)
+    if check_alignment:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_aligned(name, t)
     if check_device:
         capability = torch.cuda.get_device_capability(q.device)
         if capability < MIN_CAPABILITY:

@@ -4,11 +4,12 @@
 # reference kernel at one ragged size and times it on the FA2-paper grid (bf16).
 #
 #   benchmarks/cpp/tune_fwd.sh "64:128x128x4x1 64:128x64x4x1 256:64x64x4x0" [OUTDIR]
-# CSRC=path/to/other/csrc compares another version of the kernels.
+# CSRC=path/to/other/csrc (and BENCH_SRC=its bench_fwd.cu) compares another version of the kernels.
 set -uo pipefail
 configs=$1
 out=${2:-build/tune}
 csrc=${CSRC:-csrc}
+bench_src=${BENCH_SRC:-benchmarks/cpp/bench_fwd.cu}
 mkdir -p "$out"
 CUTLASS_INC=$(python3 third_party/find_cutlass.py)
 arch=${FLASH_ATTN_CUDA_ARCHS:-90}
@@ -18,14 +19,14 @@ build_one() {
   IFS=x read -r bm bn w split <<< "$tile"
   ${NVCC:-/usr/local/cuda/bin/nvcc} -O3 -std=c++20 -DNDEBUG --use_fast_math --expt-relaxed-constexpr \
     -gencode=arch=compute_${arch},code=sm_${arch} -I"$csrc" -I"$CUTLASS_INC" -Xptxas -v \
-    -DBENCH_HDIM=$hdim -DBENCH_BM=$bm -DBENCH_BN=$bn -DBENCH_WARPS=$w -DBENCH_SPLIT=${split:-1} benchmarks/cpp/bench_fwd.cu \
+    -DBENCH_HDIM=$hdim -DBENCH_BM=$bm -DBENCH_BN=$bn -DBENCH_WARPS=$w -DBENCH_SPLIT=${split:-1} "$bench_src" \
     -o "$out/bench_h${hdim}_${tile}" > "$out/build_h${hdim}_${tile}.log" 2>&1 \
     && echo "$cfg: $(awk '/Function properties for .*fwd_kernel/{getline a; getline b; print a b}' \
          "$out/build_h${hdim}_${tile}.log" | tr -s ' ' | sed 's/ptxas info : //')" \
     || { echo "$cfg: BUILD FAILED"; tail -5 "$out/build_h${hdim}_${tile}.log"; }
 }
 export -f build_one
-export out csrc CUTLASS_INC arch
+export out csrc bench_src CUTLASS_INC arch
 echo $configs | tr ' ' '\n' | xargs -P "$(nproc)" -I{} bash -c 'build_one {}'
 for cfg in $configs; do
   hdim=${cfg%%:*} tile=${cfg#*:}
