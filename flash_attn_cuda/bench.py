@@ -121,30 +121,51 @@ def markdown_table(rows: List[Dict[str, object]], impls: List[str]) -> str:
 
 
 def plot(rows: List[Dict[str, object]], impls: List[str], path: str, title: str) -> None:
+    """FA2-paper style: one panel per (mask, hdim), bars per implementation over seqlen."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = sorted({(r["hdim"], r["causal"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
-    for ax, (hdim, causal) in zip(axes[0], panels):
-        seqlens = sorted({r["seqlen"] for r in rows if r["hdim"] == hdim and r["causal"] == causal})
-        width = 0.8 / len(impls)
-        for j, impl in enumerate(impls):
-            vals = []
-            for s in seqlens:
-                match = [r["fwd_tflops"] for r in rows if (r["impl"], r["hdim"], r["causal"], r["seqlen"]) ==
-                         (impl, hdim, causal, s)]
-                vals.append(match[0] if match and isinstance(match[0], float) else 0.0)
-            xs = [x + (j - (len(impls) - 1) / 2) * width for x in range(len(seqlens))]
-            ax.bar(xs, vals, width, label=impl)
-        ax.set_xticks(range(len(seqlens)), [f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens])
-        ax.set_title(f"hdim {hdim}, {'causal' if causal else 'non-causal'}")
-        ax.set_xlabel("seqlen")
-        ax.set_ylabel("TFLOP/s")
+    hdims = sorted({r["hdim"] for r in rows})
+    causals = sorted({r["causal"] for r in rows})
+    fig, axes = plt.subplots(len(causals), len(hdims), figsize=(4.6 * len(hdims), 3.4 * len(causals)),
+                             squeeze=False)
+    for row_i, causal in enumerate(causals):
+        for col_i, hdim in enumerate(hdims):
+            ax = axes[row_i][col_i]
+            seqlens = sorted({r["seqlen"] for r in rows if r["hdim"] == hdim and r["causal"] == causal})
+            width = 0.8 / len(impls)
+            for j, impl in enumerate(impls):
+                vals = []
+                for s in seqlens:
+                    match = [r["fwd_tflops"] for r in rows
+                             if (r["impl"], r["hdim"], r["causal"], r["seqlen"]) == (impl, hdim, causal, s)]
+                    vals.append(match[0] if match and isinstance(match[0], float) else 0.0)
+                xs = [x + (j - (len(impls) - 1) / 2) * width for x in range(len(seqlens))]
+                ax.bar(xs, vals, width, label=impl)
+            ax.set_xticks(range(len(seqlens)), [f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens])
+            ax.set_title(f"head dim {hdim}, {'causal' if causal else 'non-causal'}", fontsize=10)
+            ax.set_xlabel("seqlen")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def read_csv(path: str) -> List[Dict[str, object]]:
+    """Rows of a results CSV with numbers and booleans restored (for --replot)."""
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            row: Dict[str, object] = dict(r)
+            for key in ("hdim", "seqlen", "batch", "nheads"):
+                row[key] = int(r[key])
+            row["causal"] = r["causal"] == "True"
+            for key in ("fwd_ms", "fwd_tflops"):
+                row[key] = float(r[key]) if r.get(key) else ""
+            rows.append(row)
+    return rows
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -160,6 +181,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--csv", help="write rows here")
     p.add_argument("--md", help="write the summary table (markdown) here")
     p.add_argument("--plot", help="write a PNG plot here")
+    p.add_argument("--replot", metavar="CSV", help="only redraw --plot (and --md) from an earlier --csv; no GPU")
+    p.add_argument("--title", help="title for --replot (e.g. the GPU, torch version and date of the run)")
     args = p.parse_args(argv)
     args.hdims = [int(x) for x in args.hdims.split(",")]
     args.seqlens = [int(x) for x in args.seqlens.split(",")]
@@ -173,6 +196,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        rows = read_csv(args.replot)
+        impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+        title = args.title or f"forward TFLOP/s from {args.replot}"
+        if args.plot:
+            plot(rows, impls, args.plot, title)
+        if args.md:
+            with open(args.md, "w") as f:
+                f.write(f"# {title}\n\n{markdown_table(rows, impls)}\n")
+        return 0
     if not torch.cuda.is_available():
         print("flash_attn_cuda.bench: no CUDA GPU found; the benchmark needs one.", file=sys.stderr)
         return 2

@@ -83,17 +83,3 @@ def test_head_dim_rounds_up_to_next_compiled(fake):
     assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 128
     q = t(1, 4, 2, 64)
     assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 64
-
-
-def test_bench_without_gpu_says_so(capsys):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    from flash_attn_cuda import bench
-    assert bench.main(["--hdims", "64", "--seqlens", "512"]) != 0
-    assert "no CUDA GPU" in capsys.readouterr().err
-
-
-def test_flops_formula():
-    from flash_attn_cuda.bench import attention_flops
-    assert attention_flops(2, 1024, 16, 128, causal=False) == 4 * 2 * 1024 ** 2 * 16 * 128
-    assert attention_flops(2, 1024, 16, 128, causal=True) == 2 * 2 * 1024 ** 2 * 16 * 128
