@@ -4,8 +4,6 @@
 // online softmax lives in registers with no inter-warp traffic.
 #pragma once
 
-#include <type_traits>
-
 #include <cute/tensor.hpp>
 
 #include "copy_utils.h"
@@ -148,57 +146,67 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   cp_async_fence();
 
   // ---------------------------------------------------------------- MAIN LOOP
-  // One K/V block: S = Q K^T, mask, online softmax, O += P V. Loads of the next tiles are
-  // issued so that they land under the MMAs of this one. `masked` is true_type/false_type
-  // when the loop knows (kSplitMaskedLoop) or a bool decided per block at run time; in the
-  // latter case every load also checks rows.
-  auto step = [&](int n, auto masked) __attribute__((always_inline)) {
-    constexpr bool kRuntimeMask = std::is_same_v<decltype(masked), bool>;
-    auto check_rows = [&] {
-      if constexpr (kRuntimeMask) { return true_type{}; } else { return masked; }
-    }();
-    Tensor acc_s = partition_fragment_C(tiled_mma, TileS{});                     // (MMA, MMA_M, MMA_N) fp32
-    Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));    // (rows, kBlockN)
-    clear(acc_s);
-
-    cp_async_wait<0>();     // K(n) (and Q) landed ...
-    __syncthreads();        // ... for every thread; and every warp is done reading V(n+1)
-    load_v(n, check_rows);  // V(n) streams in under the Q K^T MMAs
-    cp_async_fence();
-
-    gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);   // S = Q K^T
-    if constexpr (kRuntimeMask) {
-      if (masked) { apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN); }
-    } else if constexpr (decltype(masked)::value) {
-      apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN);
-    }
-
-    cp_async_wait<0>();  // V(n) landed ...
-    __syncthreads();     // ... for every thread; and every warp is done reading K(n)
-    if (n > range.n_min) {
-      // K(n-1) streams in under softmax and P V. Only the last block can be ragged, so an
-      // unmasked loop skips the row checks.
-      load_k(n - 1, std::conditional_t<kRuntimeMask, true_type, false_type>{});
-      cp_async_fence();
-    }
-
-    softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);
-    Tensor rP = convert_type<Element>(acc_s);                                     // (MMA, MMA_M, MMA_N)
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));          // (MMA, MMA_M, kBlockN/16)
-    gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                   // O += P V
-  };
+  // Per K/V block: S = Q K^T, mask, online softmax, O += P V. V(n) streams in under the
+  // Q K^T MMAs and K(n-1) under softmax and P V. Two forms of the same loop, chosen per head
+  // dim by measurement (fwd_tile_config.h): ptxas spills differently in each.
   auto needs_mask = [&](int n) { return KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n); };
   if constexpr (Traits::kSplitMaskedLoop) {
-    // Masked blocks (ragged end, diagonal) first from the top, then the interior with no mask
-    // code in the loop. A left window edge would need a masked tail loop as well: run_fwd
-    // rejects window_left >= 0 until that lands.
+    // Split: the masked blocks (ragged end, diagonal) run first in their own loop; the
+    // interior loop carries no mask or row-check code. A left window edge would need a masked
+    // tail loop as well: run_fwd rejects window_left >= 0 until that lands.
+    auto step = [&](int n, auto masked) __attribute__((always_inline)) {
+      Tensor acc_s = partition_fragment_C(tiled_mma, TileS{});                   // (MMA, MMA_M, MMA_N) fp32
+      Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));  // (rows, kBlockN)
+      clear(acc_s);
+      cp_async_wait<0>();  // K(n) (and Q) landed ...
+      __syncthreads();     // ... for every thread; and every warp is done reading V(n+1)
+      load_v(n, masked);   // only a masked block can be ragged
+      cp_async_fence();
+      gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
+      if constexpr (decltype(masked)::value) {
+        apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN);
+      }
+      cp_async_wait<0>();  // V(n) landed ...
+      __syncthreads();     // ... for every thread; and every warp is done reading K(n)
+      if (n > range.n_min) {
+        load_k(n - 1, false_type{});  // never the last block: never ragged
+        cp_async_fence();
+      }
+      softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);
+      Tensor rP = convert_type<Element>(acc_s);                                   // (MMA, MMA_M, MMA_N)
+      Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));        // (MMA, MMA_M, kBlockN/16)
+      gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                 // O += P V
+    };
     CUTE_NO_UNROLL
     for (; n_block >= range.n_min && needs_mask(n_block); --n_block) { step(n_block, true_type{}); }
     CUTE_NO_UNROLL
     for (; n_block >= range.n_min; --n_block) { step(n_block, false_type{}); }
   } else {
+    // Single loop, mask decided per block at run time, every load checks rows. The body is
+    // written out here rather than shared with `step` above: the shared-lambda form of this
+    // loop measured 4-5 % slower at d=128 in one run (benchmarks/NOTES.md).
     CUTE_NO_UNROLL
-    for (; n_block >= range.n_min; --n_block) { step(n_block, needs_mask(n_block)); }
+    for (; n_block >= range.n_min; --n_block) {
+      Tensor acc_s = partition_fragment_C(tiled_mma, TileS{});                   // (MMA, MMA_M, MMA_N) fp32
+      Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));  // (rows, kBlockN)
+      clear(acc_s);
+      cp_async_wait<0>();
+      __syncthreads();
+      load_v(n_block, true_type{});
+      cp_async_fence();
+      gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
+      if (needs_mask(n_block)) { apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN); }
+      cp_async_wait<0>();
+      __syncthreads();
+      if (n_block > range.n_min) {
+        load_k(n_block - 1, true_type{});
+        cp_async_fence();
+      }
+      softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);
+      Tensor rP = convert_type<Element>(acc_s);                                   // (MMA, MMA_M, MMA_N)
+      Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));        // (MMA, MMA_M, kBlockN/16)
+      gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                 // O += P V
+    }
   }
 
   // ---------------------------------------------------------------- EPILOGUE
