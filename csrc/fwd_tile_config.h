@@ -16,8 +16,8 @@
 //          128x128x8 split  250 / 267 | 220 / 269;   64x128x4 split 260 / 273 | 224 / 272
 //   d=96   128x64x4  split  337 / 339 | 277 / 326   <- chosen
 //          128x64x4  1-loop 303 / 317 | 263 / 303;   64x64x4 split 256 / 264 | 231 / 255
-//   d=128  128x64x4  1-loop 345 / 356 | 284 / 328   <- chosen (measured on the first 1-loop
-//                                                      version, before the split flag existed)
+//   d=128  128x64x4  1-loop 345 / 356 | 284 / 328   <- chosen (the first kernel; the shipped
+//                                                      1-loop form has the same SASS)
 //          128x64x4  split  317 / 333 | 264 / 309   (split spills more here)
 //          128x128x8 split  305 / 324 | 260 / 325;   64x64x4 split 272 / 280 | 247 / 282
 //   d=160  128x64x8  split  282 / 296 | 236 / 299   <- chosen

@@ -153,6 +153,14 @@ def plot(rows: List[Dict[str, object]], impls: List[str], path: str, title: str)
     fig.savefig(path, dpi=110)
 
 
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def read_csv(path: str) -> List[Dict[str, object]]:
     """Rows of a results CSV with numbers and booleans restored (for --replot)."""
     rows = []
@@ -197,6 +205,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.replot:
+        if args.plot and not _have_matplotlib():
+            print("flash_attn_cuda.bench: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
+            return 2
         rows = read_csv(args.replot)
         impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
         title = args.title or f"forward TFLOP/s from {args.replot}"
@@ -208,6 +219,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if not torch.cuda.is_available():
         print("flash_attn_cuda.bench: no CUDA GPU found; the benchmark needs one.", file=sys.stderr)
+        return 2
+    if args.plot and not _have_matplotlib():
+        print("flash_attn_cuda.bench: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 2
     dtype = DTYPES[args.dtype]
     points = [(h, c, s, i) for h in args.hdims for c in args.causals for s in args.seqlens for i in args.impls]

@@ -95,3 +95,56 @@ def attention_blockwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         lse[:, :, m0:m1] = torch.where(empty, torch.full_like(row_sum, float("-inf")),
                                        row_max * scale + torch.log(row_sum))
     return out, lse
+
+
+def attention_blockwise_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                                 lse: torch.Tensor, dout: torch.Tensor, causal: bool = False,
+                                 softmax_scale: Optional[float] = None, block_m: int = 64,
+                                 block_n: int = 32) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The FA2 backward, tile by tile (the model the backward kernels will follow).
+
+    Pre-pass D = rowsum(dO * O). K/V blocks outer (one thread block each, dK/dV kept on chip),
+    Q blocks inner: S = Q K^T, P = exp(S * scale - LSE) recomputed from the forward's LSE (no
+    N x N buffer), dV += P^T dO, dP = dO V^T, dS = P * (dP - D), dK += scale * dS^T Q,
+    dQ += scale * dS K (accumulated across K/V blocks). GQA: dK/dV summed over each group.
+    Shapes as attention_ref; lse: (batch, nheads, seqlen_q). Returns dq, dk, dv.
+    """
+    batch, seqlen_q, nheads, d = q.shape
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if softmax_scale is None else softmax_scale
+    kx, vx = _expand_kv(k, nheads), _expand_kv(v, nheads)                       # (b, sk, h, d)
+    delta = (dout * out).sum(-1).transpose(1, 2)                               # D: (b, h, sq)
+    dq = torch.zeros_like(q)
+    dk = torch.zeros_like(kx)
+    dv = torch.zeros_like(vx)
+    shift = seqlen_k - seqlen_q
+    lse_safe = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)  # rows w/o keys: P = 0
+    for n0 in range(0, seqlen_k, block_n):                                      # one thread block per K/V tile
+        n1 = min(n0 + block_n, seqlen_k)
+        kj, vj = kx[:, n0:n1].transpose(1, 2), vx[:, n0:n1].transpose(1, 2)     # (b, h, bn, d)
+        cols = torch.arange(n0, n1, device=q.device)[None, :]
+        m_start = 0
+        if causal:                                                              # Q tiles above the diagonal see nothing
+            m_start = max(0, (n0 - shift) // block_m * block_m)
+        dk_j = torch.zeros_like(kj)
+        dv_j = torch.zeros_like(vj)
+        for m0 in range(m_start, seqlen_q, block_m):
+            m1 = min(m0 + block_m, seqlen_q)
+            qi = q[:, m0:m1].transpose(1, 2)                                    # (b, h, bm, d)
+            doi = dout[:, m0:m1].transpose(1, 2)                                # (b, h, bm, d)
+            s = qi @ kj.transpose(-1, -2)                                       # (b, h, bm, bn)
+            p = torch.exp(s * scale - lse_safe[:, :, m0:m1, None])
+            if causal:
+                rows = torch.arange(m0, m1, device=q.device)[:, None]
+                p = p.masked_fill(cols > rows + shift, 0.0)
+            dv_j += p.transpose(-1, -2) @ doi
+            dp = doi @ vj.transpose(-1, -2)
+            ds = p * (dp - delta[:, :, m0:m1, None])
+            dk_j += scale * ds.transpose(-1, -2) @ qi
+            dq[:, m0:m1] += (scale * ds @ kj).transpose(1, 2)
+        dk[:, n0:n1] = dk_j.transpose(1, 2)
+        dv[:, n0:n1] = dv_j.transpose(1, 2)
+    group = nheads // nheads_k
+    dk = dk.view(batch, seqlen_k, nheads_k, group, d).sum(3)
+    dv = dv.view(batch, seqlen_k, nheads_k, group, d).sum(3)
+    return dq, dk, dv
