@@ -18,7 +18,12 @@ bench:              ## forward benchmark vs SDPA backends on the FA2-paper grid 
 	  --md benchmarks/results/h200_fwd.md --plot benchmarks/results/h200_fwd.png
 
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
-CUTLASS_INC = $(shell $(PYTHON) third_party/find_cutlass.py)
+CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)
+ifeq ($(CUTLASS_INC),)
+  ifneq ($(filter bench-cpp $(BUILD)/%,$(MAKECMDGOALS)),)
+    $(error CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0 or set CUTLASS_DIR)
+  endif
+endif
 GENCODE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
   print(' '.join(b.nvcc_gencode_flags(b.parse_archs(os.environ.get('FLASH_ATTN_CUDA_ARCHS')))))")
 NVCC_FLAGS = -O3 -std=c++20 -DNDEBUG --use_fast_math --expt-relaxed-constexpr -lineinfo $(GENCODE) \

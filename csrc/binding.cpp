@@ -50,8 +50,12 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   TORCH_CHECK(headdim % 8 == 0 && headdim > 0 && headdim <= 256,
               "flash_attn_cuda: head dim must be a multiple of 8 in [8, 256], got ", headdim);
   TORCH_CHECK(batch <= 65535 && nheads <= 65535, "flash_attn_cuda: batch and nheads must be <= 65535");
-  TORCH_CHECK(seqlen_q < std::numeric_limits<int>::max() && seqlen_k < std::numeric_limits<int>::max(),
-              "flash_attn_cuda: sequence lengths must fit in int32");
+  TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen,
+              "flash_attn_cuda: sequence lengths must be <= ", flash::kMaxSeqlen, ", got ", seqlen_q, " and ",
+              seqlen_k);
+  const float scale = static_cast<float>(softmax_scale);  // what the kernel computes with
+  TORCH_CHECK(std::isnormal(scale) && scale > 0.f && scale <= std::numeric_limits<float>::max() / 2,
+              "flash_attn_cuda: softmax_scale must be a positive normal float32, got ", softmax_scale);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim,
               " is larger than every head dim compiled into this build");
@@ -60,6 +64,11 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
   TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
               props->major, ".", props->minor);
+  const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
+  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
+              "flash_attn_cuda: head dim ", headdim, " runs the head-dim-", headdim_rounded, " kernel, which needs ",
+              smem / 1024, " KB of shared memory per block; this GPU (", props->name, ") allows ",
+              props->sharedMemPerBlockOptin / 1024, " KB");
 
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
@@ -87,7 +96,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   p.nheads_k = static_cast<int>(nheads_k);
   p.headdim = static_cast<int>(headdim);
   p.headdim_rounded = headdim_rounded;
-  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.softmax_scale = scale;
   p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
   p.window_left = -1;
   p.window_right = causal ? 0 : -1;

@@ -22,4 +22,11 @@ std::vector<DType> compiled_dtypes();
 // The smallest compiled head dim >= headdim, or -1 if there is none.
 int round_head_dim(int headdim);
 
+// Dynamic shared memory one forward thread block needs for a compiled head dim (-1 if not
+// compiled). Compare with cudaDevAttrMaxSharedMemoryPerBlockOptin: sm86/sm89 allow 99 KB.
+int fwd_shared_memory_bytes(int headdim_rounded);
+
+// Largest seqlen the int32 index arithmetic of the kernels admits.
+constexpr int kMaxSeqlen = (1 << 30);
+
 }  // namespace flash

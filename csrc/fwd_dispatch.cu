@@ -3,8 +3,12 @@
 // (FLASH_FOR_EACH_HDIM, FLASH_FOR_EACH_DTYPE) from FLASH_ATTN_CUDA_HDIMS / _DTYPES.
 #include <cutlass/numeric_types.h>
 
+#include <cmath>
+
 #include "flash_api.h"
+#include "fwd_tile_config.h"
 #include "instantiations/build_config.h"
+#include "kernel_traits.h"
 
 namespace flash {
 
@@ -27,7 +31,9 @@ static cudaError_t run_fwd_dtype(const FwdParams& params, cudaStream_t stream) {
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
   if (params.headdim <= 0 || params.headdim > params.headdim_rounded || params.headdim % 8 != 0 ||
       params.nheads_k <= 0 || params.nheads % params.nheads_k != 0 || params.seqlen_q <= 0 ||
-      params.seqlen_k <= 0 || params.batch <= 0 ||
+      params.seqlen_k <= 0 || params.seqlen_q > kMaxSeqlen || params.seqlen_k > kMaxSeqlen || params.batch <= 0 ||
+      // the online softmax takes the row max of raw scores: only right for a positive scale
+      !(params.softmax_scale > 0.f) || !std::isnormal(params.scale_log2) ||
       // reserved fields (params.h) the kernels do not implement yet
       params.window_left >= 0 || params.cu_seqlens_q != nullptr || params.cu_seqlens_k != nullptr ||
       params.softcap != 0.f) {
@@ -58,6 +64,19 @@ std::vector<DType> compiled_dtypes() {
   FLASH_FOR_EACH_DTYPE(FLASH_PUSH)
 #undef FLASH_PUSH
   return dtypes;
+}
+
+int fwd_shared_memory_bytes(int headdim_rounded) {
+  switch (headdim_rounded) {
+#define FLASH_CASE(D)                                                                           \
+  case D:                                                                                       \
+    return FwdTraits<D, FwdTileConfig<D>::kBlockM, FwdTileConfig<D>::kBlockN, FwdTileConfig<D>::kNWarps, \
+                     cutlass::half_t>::kSmemBytes;
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return -1;
+  }
 }
 
 int round_head_dim(int headdim) {

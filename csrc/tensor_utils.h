@@ -35,8 +35,11 @@ CUTE_DEVICE auto convert_type(Tensor<Engine, Layout> const& t) {
   using From = typename Engine::value_type;
   constexpr int N = decltype(size(t))::value;
   cutlass::NumericArrayConverter<To, From, N> convert;
-  auto frag = convert(*reinterpret_cast<const cutlass::Array<From, N>*>(t.data()));
-  return make_tensor(make_rmem_ptr<To>(&frag), t.layout());
+  // An owning register tensor: a view of a local Array would dangle once this returns.
+  Tensor out = make_tensor<To>(t.layout());
+  *reinterpret_cast<cutlass::Array<To, N>*>(out.data()) =
+      convert(*reinterpret_cast<const cutlass::Array<From, N>*>(t.data()));
+  return out;
 }
 
 // The 4 threads of a quad hold the same MMA rows; these reduce across them.

@@ -11,7 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ._ops import compiled_dtypes, compiled_head_dims
-from ._validate import check_attention_inputs
+from ._validate import check_attention_inputs, check_softmax_scale
 
 __version__ = "0.1.0"
 __all__ = ["attention", "compiled_head_dims", "compiled_dtypes", "__version__"]
@@ -51,7 +51,6 @@ def attention(
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
-    if softmax_scale is None:
-        softmax_scale = q.shape[-1] ** -0.5
+    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal))
     return (out, lse) if return_lse else out

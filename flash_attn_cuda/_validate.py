@@ -5,6 +5,7 @@ only shapes, dtypes, devices, strides and storage offsets, never data.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -12,6 +13,7 @@ import torch
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
 MAX_GRID_DIM = 65535  # batch and nheads index CUDA grid dims y/z
+MAX_SEQLEN = 1 << 30  # the kernels' int32 index arithmetic (flash::kMaxSeqlen)
 MIN_CAPABILITY = (8, 0)
 
 
@@ -74,6 +76,8 @@ def check_attention_inputs(q, k, v, compiled_head_dims: Sequence[int], compiled_
         raise ValueError(f"flash_attn_cuda: head dim must be <= {MAX_HEAD_DIM}, got {headdim}")
     if headdim == 0 or headdim % 8 != 0:
         raise ValueError(f"flash_attn_cuda: head dim must be a positive multiple of 8, got {headdim}")
+    if seqlen_q > MAX_SEQLEN or k.shape[1] > MAX_SEQLEN:
+        raise ValueError(f"flash_attn_cuda: sequence lengths must be <= {MAX_SEQLEN}, got {seqlen_q} and {k.shape[1]}")
     if batch > MAX_GRID_DIM or nheads > MAX_GRID_DIM:
         raise ValueError(f"flash_attn_cuda: batch ({batch}) and nheads ({nheads}) must be <= {MAX_GRID_DIM}")
     if q.dtype not in compiled_dtypes:
@@ -94,3 +98,16 @@ def check_attention_inputs(q, k, v, compiled_head_dims: Sequence[int], compiled_
                              f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ampere or newer), got "
                              f"{capability[0]}.{capability[1]} ({torch.cuda.get_device_name(q.device)})")
     return runnable[0]
+
+
+FLT_MIN, FLT_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+
+
+def check_softmax_scale(softmax_scale: float) -> float:
+    """The kernels take the row max of raw scores, so the scale must be positive; they use it as
+    a float32 (denormals flushed), so it must be a normal float32 (and scale * log2(e) too)."""
+    if not isinstance(softmax_scale, (int, float)) or isinstance(softmax_scale, bool):
+        raise TypeError(f"flash_attn_cuda: softmax_scale must be a float, got {type(softmax_scale).__name__}")
+    if not (math.isfinite(softmax_scale) and FLT_MIN <= softmax_scale <= FLT_MAX / 2):
+        raise ValueError(f"flash_attn_cuda: softmax_scale must be a positive normal float32, got {softmax_scale}")
+    return float(softmax_scale)

@@ -12,6 +12,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+status=0  # non-zero when tests, benchmark or sweep fail
 summary="$OUT/summary.txt"
 log() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$summary"; }
 
@@ -20,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" \
   | tee -a "$summary"
 
-if [ -z "${CUTLASS_DIR:-}" ]; then
+if [ -z "${CUTLASS_DIR:-}" ] && ! python3 third_party/find_cutlass.py > /dev/null 2>&1; then
   wheel=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -1)
   [ -n "$wheel" ] || { log "no CUTLASS: put the nvidia-cutlass wheel in .whl/ or set CUTLASS_DIR"; exit 1; }
   rm -rf /tmp/cutlass_wheel && mkdir -p /tmp/cutlass_wheel
@@ -47,13 +48,16 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   trc=$?
   tail -15 "$OUT/tests.log"
   log "tests rc=$trc: $(tail -1 "$OUT/tests.log")"
+  [ $trc -eq 0 ] || status=1
 fi
 
 if [ -z "${SKIP_BENCH:-}" ]; then
   log "benchmark"
   python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --csv "$OUT/h200_fwd.csv" --md "$OUT/h200_fwd.md" \
     --plot "$OUT/h200_fwd.png" > "$OUT/bench.log" 2>&1
-  log "bench rc=$?"
+  brc=$?
+  log "bench rc=$brc"
+  [ $brc -eq 0 ] || status=1
   grep "^|" "$OUT/bench.log"
 fi
 
@@ -61,4 +65,6 @@ if [ -n "${TUNE:-}" ]; then
   log "tile sweep: $TUNE"
   benchmarks/cpp/tune_fwd.sh "$TUNE" /tmp/tune > "$OUT/tune.log" 2>&1
   log "tune rc=$?"
+  grep -q "MISMATCH\|BUILD FAILED" "$OUT/tune.log" && { log "tune: a config failed its check or build"; status=1; }
 fi
+exit $status

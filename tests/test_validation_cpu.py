@@ -83,3 +83,27 @@ def test_head_dim_rounds_up_to_next_compiled(fake):
     assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 128
     q = t(1, 4, 2, 64)
     assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 64
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.125, float("nan"), float("inf"), 1e-45, 1e39])
+def test_bad_softmax_scale_raises(fake, scale):
+    # The kernels take the row max of raw scores: a scale <= 0 or a non-normal float32 would
+    # silently give NaN, so it is refused.
+    q = t(1, 4, 2, HDIM)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        attention(q, q, q, softmax_scale=scale)
+
+
+def test_softmax_scale_type_and_good_values(fake):
+    q = t(1, 4, 2, HDIM)
+    with pytest.raises(TypeError, match="softmax_scale"):
+        attention(q, q, q, softmax_scale="0.1")
+    for scale in (1e-3, 0.125, 1, 30.0):
+        assert attention(q, q, q, softmax_scale=scale).shape == q.shape
+
+
+def test_seqlen_limit(fake):
+    from flash_attn_cuda._validate import MAX_SEQLEN
+    q = t(1, MAX_SEQLEN + 1, 1, HDIM)
+    with pytest.raises(ValueError, match="sequence lengths"):
+        attention(q, q, q)

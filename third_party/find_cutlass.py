@@ -29,4 +29,9 @@ def include_dir() -> str:
 
 
 if __name__ == "__main__":
-    print(include_dir())
+    import sys
+    try:
+        print(include_dir())
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
