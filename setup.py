@@ -28,8 +28,11 @@ cfg = build_config.from_env(os.environ)
 # torch reads this when it adds arch flags itself; ours below take precedence, keep them in step.
 os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a // 10}.{a % 10}" for a in cfg.archs)
 
-instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes)
-sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu"] + [os.path.relpath(p, ROOT) for p in instantiations]
+directions = ("fwd", "bwd") if cfg.backward else ("fwd",)
+instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions)
+sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
+sources += [os.path.relpath(p, ROOT) for p in instantiations]
+defines = ["-DFLASH_ATTN_CUDA_BACKWARD"] if cfg.backward else []
 
 include_dirs = [str(ROOT / "csrc"), find_cutlass.include_dir()]
 # The CUDA 13 pip wheels keep cuBLAS/cuSPARSE headers (needed by torch's headers) here.
@@ -44,13 +47,13 @@ nvcc_flags = [
     "-lineinfo",  # source lines in SASS for profiling; no runtime cost
     "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
     "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-] + build_config.nvcc_gencode_flags(cfg.archs)
+] + build_config.nvcc_gencode_flags(cfg.archs) + defines
 if os.environ.get("NVCC_THREADS"):
     nvcc_flags += ["--threads", os.environ["NVCC_THREADS"]]
 if os.environ.get("FLASH_ATTN_CUDA_PTXAS_VERBOSE"):
     nvcc_flags += ["-Xptxas", "-v"]
 
-print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} "
+print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
       f"cutlass={include_dirs[1]}", flush=True)
 
 setup(
@@ -63,7 +66,7 @@ setup(
             name="flash_attn_cuda._C",
             sources=sources,
             include_dirs=include_dirs,
-            extra_compile_args={"cxx": ["-O3", "-std=c++20"], "nvcc": nvcc_flags},
+            extra_compile_args={"cxx": ["-O3", "-std=c++20"] + defines, "nvcc": nvcc_flags},
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},

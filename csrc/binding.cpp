@@ -112,6 +112,93 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   return {out, lse};
 }
 
+#ifdef FLASH_ATTN_CUDA_BACKWARD
+// EXPERIMENTAL backward (see csrc/bwd_kernel.h). Gradients of out only; lse is not
+// differentiable. With GQA, dk/dv are computed per query head and summed over each group.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                                   double softmax_scale, bool causal) {
+  check_input(q, "q");
+  check_input(k, "k");
+  check_input(v, "v");
+  check_input(out, "out");
+  check_input(dout, "dout");
+  TORCH_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attn_cuda: out and dout must have q's shape");
+  TORCH_CHECK(dout.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type() &&
+                  k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "flash_attn_cuda: q, k, v, out, dout must share a dtype");
+  const int64_t batch = q.size(0), seqlen_q = q.size(1), nheads = q.size(2), headdim = q.size(3);
+  const int64_t seqlen_k = k.size(1), nheads_k = k.size(2);
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == batch && k.size(3) == headdim,
+              "flash_attn_cuda: k and v must be (batch, seqlen_k, nheads_k, headdim) like q");
+  TORCH_CHECK(nheads_k > 0 && nheads % nheads_k == 0, "flash_attn_cuda: nheads must be a multiple of nheads_k");
+  TORCH_CHECK(lse.is_cuda() && lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+                  lse.sizes() == at::IntArrayRef({batch, nheads, seqlen_q}),
+              "flash_attn_cuda: lse must be contiguous float32 (batch, nheads, seqlen_q)");
+  TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen && batch <= 65535 && nheads <= 65535,
+              "flash_attn_cuda: sizes out of range");
+  const float scale = static_cast<float>(softmax_scale);
+  TORCH_CHECK(std::isnormal(scale) && scale > 0.f, "flash_attn_cuda: softmax_scale must be a positive normal float32");
+  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim, " is not compiled into this build");
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
+  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
+              "backward for head dim ", headdim_rounded, " needs ", smem / 1024, " KB of shared memory per block; "
+              "this GPU allows ", props->sharedMemPerBlockOptin / 1024, " KB");
+
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  // per query head; summed over GQA groups below
+  at::Tensor dk_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());
+  at::Tensor dv_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());
+  if (q.numel() == 0 || k.numel() == 0) {
+    dq.zero_();
+    dk_full.zero_();
+    dv_full.zero_();
+  } else {
+    at::Tensor dq_accum = at::zeros({batch, nheads, seqlen_q, headdim_rounded}, q.options().dtype(at::kFloat));
+    at::Tensor delta = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
+    flash::BwdParams p;
+    p.q_ptr = q.data_ptr(), p.k_ptr = k.data_ptr(), p.v_ptr = v.data_ptr(), p.o_ptr = out.data_ptr();
+    p.lse_ptr = lse.data_ptr<float>();
+    p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk_full.data_ptr(), p.dv_ptr = dv_full.data_ptr();
+    p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
+    p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+    p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
+    p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+    p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+    p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1), p.do_head_stride = dout.stride(2);
+    p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
+    p.dk_batch_stride = dk_full.stride(0), p.dk_row_stride = dk_full.stride(1), p.dk_head_stride = dk_full.stride(2);
+    p.dv_batch_stride = dv_full.stride(0), p.dv_row_stride = dv_full.stride(1), p.dv_head_stride = dv_full.stride(2);
+    p.batch = static_cast<int>(batch), p.seqlen_q = static_cast<int>(seqlen_q), p.seqlen_k = static_cast<int>(seqlen_k);
+    p.nheads = static_cast<int>(nheads), p.nheads_k = static_cast<int>(nheads_k);
+    p.headdim = static_cast<int>(headdim), p.headdim_rounded = headdim_rounded;
+    p.softmax_scale = scale;
+    p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+    p.window_left = -1;
+    p.window_right = causal ? 0 : -1;
+    p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
+    const cudaError_t err = flash::run_bwd(p, at::cuda::getCurrentCUDAStream());
+    TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: backward launch failed: ", cudaGetErrorString(err));
+  }
+  if (nheads == nheads_k) { return {dq, dk_full, dv_full}; }
+  const int64_t group = nheads / nheads_k;
+  return {dq, dk_full.view({batch, seqlen_k, nheads_k, group, headdim}).sum(3),
+          dv_full.view({batch, seqlen_k, nheads_k, group, headdim}).sum(3)};
+}
+#endif
+
+bool has_backward() {
+#ifdef FLASH_ATTN_CUDA_BACKWARD
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::vector<int64_t> compiled_head_dims() {
   std::vector<int64_t> dims;
   for (int d : flash::compiled_head_dims()) { dims.push_back(d); }
@@ -133,9 +220,19 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> (Tensor out, Tensor lse)");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
+  m.def("has_backward() -> bool", &has_backward);
+#ifdef FLASH_ATTN_CUDA_BACKWARD
+  m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal) "
+        "-> (Tensor dq, Tensor dk, Tensor dv)");
+#endif
 }
 
-TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) { m.impl("fwd", &fwd); }
+TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
+  m.impl("fwd", &fwd);
+#ifdef FLASH_ATTN_CUDA_BACKWARD
+  m.impl("bwd", &bwd);
+#endif
+}
 
 // Importing flash_attn_cuda._C runs the static registrations above.
 extern "C" PyObject* PyInit__C(void) {

@@ -26,6 +26,11 @@ int round_head_dim(int headdim);
 // compiled). Compare with cudaDevAttrMaxSharedMemoryPerBlockOptin: sm86/sm89 allow 99 KB.
 int fwd_shared_memory_bytes(int headdim_rounded);
 
+// Backward (EXPERIMENTAL, only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main
+// kernel, dQ conversion on `stream`. params.dq_accum_ptr must be zeroed by the caller.
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
+int bwd_shared_memory_bytes(int headdim_rounded);
+
 // Largest seqlen the int32 index arithmetic of the kernels admits.
 constexpr int kMaxSeqlen = (1 << 30);
 

@@ -59,4 +59,23 @@ struct FwdParams {
   DType dtype = DType::kBFloat16;
 };
 
+// Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the
+// gradients. dq_accum is float32 (batch, nheads, seqlen_q, headdim_rounded), zeroed by the
+// caller; delta is float32 (batch, nheads, seqlen_q) written by the pre-pass. With GQA the
+// kernel writes dk/dv per *query* head (batch, seqlen_k, nheads, headdim); the caller sums
+// each group.
+struct BwdParams : FwdParams {
+  const void* __restrict__ do_ptr = nullptr;
+  void* __restrict__ dq_ptr = nullptr;
+  void* __restrict__ dk_ptr = nullptr;
+  void* __restrict__ dv_ptr = nullptr;
+  float* __restrict__ dq_accum_ptr = nullptr;
+  float* __restrict__ delta_ptr = nullptr;
+
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+};
+
 }  // namespace flash

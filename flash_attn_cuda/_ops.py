@@ -40,15 +40,36 @@ def _fwd_fake(q, k, v, softmax_scale, causal):
     return out, lse
 
 
+# The backward kernels are EXPERIMENTAL and compiled only with FLASH_ATTN_CUDA_BACKWARD=1.
+HAS_BACKWARD: bool = bool(_ops.has_backward())
+
+
 def _fwd_setup_context(ctx, inputs, output):
-    pass
+    q, k, v, softmax_scale, causal = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)  # gradients flow through out only
+    if HAS_BACKWARD:
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.softmax_scale, ctx.causal = softmax_scale, causal
 
 
 def _fwd_backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError(
-        "flash_attn_cuda: the backward pass is not implemented yet (forward-only build); "
-        "use torch.nn.functional.scaled_dot_product_attention for training for now"
-    )
+    if not HAS_BACKWARD:
+        raise NotImplementedError(
+            "flash_attn_cuda: this build has no backward pass (the backward kernels are experimental: "
+            "build with FLASH_ATTN_CUDA_BACKWARD=1 to try them); use "
+            "torch.nn.functional.scaled_dot_product_attention for training for now")
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _ops.bwd(grad_out.contiguous(), q, k, v, out, lse, ctx.softmax_scale, ctx.causal)
+    return dq, dk, dv, None, None
 
 
 torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_context=_fwd_setup_context)
+
+if HAS_BACKWARD:
+    @torch.library.register_fake("flash_attn_cuda::bwd")
+    def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal):
+        # dq like q, dk/dv like k/v (contiguous)
+        return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+                torch.empty(k.shape, dtype=k.dtype, device=k.device),
+                torch.empty(v.shape, dtype=v.dtype, device=v.device))

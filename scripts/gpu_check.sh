@@ -30,16 +30,18 @@ if [ -z "${CUTLASS_DIR:-}" ] && ! python3 third_party/find_cutlass.py > /dev/nul
 fi
 
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
+export FLASH_ATTN_CUDA_BACKWARD=${FLASH_ATTN_CUDA_BACKWARD:-1}  # the experimental backward is what needs testing
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
-log "build: archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_CUDA_HDIMS:-all} dtypes=${FLASH_ATTN_CUDA_DTYPES:-all} jobs=$MAX_JOBS"
+log "build: archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_CUDA_HDIMS:-all} dtypes=${FLASH_ATTN_CUDA_DTYPES:-all} backward=$FLASH_ATTN_CUDA_BACKWARD jobs=$MAX_JOBS"
 start=$(date +%s)
 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
 rc=$?
 log "build rc=$rc in $(( $(date +%s) - start )) s"
 # registers / spills of every forward kernel instance
-awk '/Function properties for .*fwd_kernel/{name=$NF; getline a; getline b; print name ": " a " |" b}' \
-  "$OUT/build.log" | sed -E 's/_ZN5flash10fwd_kernelINS_9FwdTraitsI//; s/ptxas info *: //' | tee -a "$summary"
+awk '/Function properties for .*(fwd|bwd)_kernel/{name=$NF; getline a; getline b; print name ": " a " |" b}' \
+  "$OUT/build.log" | sed -E 's/_ZN5flash10fwd_kernelINS_9FwdTraitsI/fwd /; s/_ZN5flash10bwd_kernelINS_9BwdTraitsI/bwd /; s/ptxas info *: //' \
+  | tee -a "$summary"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
 
 if [ -z "${SKIP_TESTS:-}" ]; then

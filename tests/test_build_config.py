@@ -14,6 +14,14 @@ def test_defaults():
     assert cfg.archs == (80, 90)
     assert cfg.head_dims == (32, 64, 96, 128, 160, 192, 224, 256)
     assert cfg.dtypes == ("fp16", "bf16")
+    assert cfg.backward is False
+
+
+def test_backward_flag():
+    assert build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "1"}).backward is True
+    assert build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "off"}).backward is False
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_BACKWARD"):
+        build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "maybe"})
 
 
 @pytest.mark.parametrize("text,expected", [("90", (90,)), ("80;90", (80, 90)), ("9.0, 8.0", (80, 90)),
@@ -56,3 +64,6 @@ def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
     assert "X(kBFloat16, cutlass::bfloat16_t)" in config and "kFloat16," not in config
     gen_instantiations.generate(tmp_path, (64,), ("fp16",))
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["fwd_hdim64_fp16.cu"]
+    gen_instantiations.generate(tmp_path, (64,), ("fp16",), ("fwd", "bwd"))
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["bwd_hdim64_fp16.cu", "fwd_hdim64_fp16.cu"]
+    assert "run_bwd_<cutlass::half_t, 64>(const flash::BwdParams&" in (tmp_path / "bwd_hdim64_fp16.cu").read_text()

@@ -107,3 +107,36 @@ def test_seqlen_limit(fake):
     q = t(1, MAX_SEQLEN + 1, 1, HDIM)
     with pytest.raises(ValueError, match="sequence lengths"):
         attention(q, q, q)
+
+
+def test_backward_fake_shapes(fake):
+    if not flash_attn_cuda._ops.HAS_BACKWARD:
+        pytest.skip("built without FLASH_ATTN_CUDA_BACKWARD=1")
+    q, k, v = t(2, 100, 8, HDIM), t(2, 37, 2, HDIM), t(2, 37, 2, HDIM)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    dq, dk, dv = torch.ops.flash_attn_cuda.bwd(out, q, k, v, out, lse, 0.125, True)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert dq.dtype == dk.dtype == dv.dtype == DTYPE
+
+
+def test_autograd_wiring(fake):
+    """out is differentiable, lse is not; the backward either calls the bwd op (backward
+    builds) or raises NotImplementedError naming the build flag."""
+    import types
+
+    from flash_attn_cuda import _ops
+    q = t(2, 50, 4, HDIM).requires_grad_(True)
+    k = t(2, 40, 2, HDIM).requires_grad_(True)
+    v = t(2, 40, 2, HDIM).requires_grad_(True)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    assert out.requires_grad and out.grad_fn is not None
+    assert not lse.requires_grad
+    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse),
+                                softmax_scale=0.1, causal=True)
+    if _ops.HAS_BACKWARD:
+        dq, dk, dv, none1, none2 = _ops._fwd_backward(ctx, torch.empty_like(out), None)
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+        assert none1 is None and none2 is None
+    else:
+        with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
+            _ops._fwd_backward(ctx, torch.empty_like(out), None)

@@ -4,6 +4,8 @@ setup.py before anything is built, and by the CPU tests).
     FLASH_ATTN_CUDA_ARCHS   "80;90"        compute capabilities (sm_XX) to compile for
     FLASH_ATTN_CUDA_HDIMS   all            head dims to compile, from 32,64,96,128,160,192,224,256
     FLASH_ATTN_CUDA_DTYPES  "fp16,bf16"    element types to compile
+    FLASH_ATTN_CUDA_BACKWARD  "0"          1: also compile the (EXPERIMENTAL, not yet GPU-verified)
+                                           backward kernels and wire autograd to them
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job
 
 Lists accept ',' or ';' or spaces as separators.
@@ -30,6 +32,7 @@ class BuildConfig:
     archs: tuple[int, ...]
     head_dims: tuple[int, ...]
     dtypes: tuple[str, ...]
+    backward: bool = False
 
 
 def _split(value: str) -> list[str]:
@@ -76,11 +79,23 @@ def parse_dtypes(value: str | None) -> tuple[str, ...]:
     return tuple(d for d in ALL_DTYPES if d in dtypes)
 
 
+def parse_bool(name: str, value: str | None, default: bool) -> bool:
+    if value is None or not value.strip():
+        return default
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}: expected 0/1 (or true/false), got {value!r}")
+
+
 def from_env(env: Mapping[str, str]) -> BuildConfig:
     return BuildConfig(
         archs=parse_archs(env.get("FLASH_ATTN_CUDA_ARCHS")),
         head_dims=parse_head_dims(env.get("FLASH_ATTN_CUDA_HDIMS")),
         dtypes=parse_dtypes(env.get("FLASH_ATTN_CUDA_DTYPES")),
+        backward=parse_bool("FLASH_ATTN_CUDA_BACKWARD", env.get("FLASH_ATTN_CUDA_BACKWARD"), False),
     )
 
 

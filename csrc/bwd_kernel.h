@@ -1,0 +1,306 @@
+// FlashAttention-2 backward kernels (EXPERIMENTAL: built only with FLASH_ATTN_CUDA_BACKWARD=1
+// until the GPU tests pass; see benchmarks/NOTES.md).
+//
+//   bwd_prepass_kernel   D = rowsum(dO * O), float32 (batch, nheads, seqlen_q)
+//   bwd_kernel           one thread block per (K/V block, head, batch): K_j, V_j stay in shared
+//                        memory, dK_j, dV_j in registers; loop over Q blocks recomputing
+//                        P = exp(S * scale - LSE) from the forward's LSE (no N x N buffer);
+//                        dQ accumulated in float32 with atomics
+//   bwd_convert_dq_kernel  dQ = scale * dq_accum in the input dtype
+// The algebra is flash_attn_cuda.reference.attention_blockwise_backward.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "bwd_kernel_traits.h"
+#include "copy_utils.h"
+#include "mask.h"
+#include "params.h"
+#include "tensor_utils.h"
+
+namespace flash {
+
+using namespace cute;
+
+// One warp per row; each lane reads 8 contiguous elements (16 B) per step.
+template <typename Element>
+__global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
+  constexpr int kRowsPerBlock = 8;  // 256 threads
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowsPerBlock + warp, head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.seqlen_q) return;
+  const Element* o = static_cast<const Element*>(p.o_ptr) + batch * p.o_batch_stride + row * p.o_row_stride +
+                     head * p.o_head_stride;
+  const Element* dout = static_cast<const Element*>(p.do_ptr) + batch * p.do_batch_stride +
+                        row * p.do_row_stride + head * p.do_head_stride;
+  float sum = 0.f;
+  for (int c = lane * 8; c < p.headdim; c += 32 * 8) {
+    const uint4 a = *reinterpret_cast<const uint4*>(o + c);
+    const uint4 b = *reinterpret_cast<const uint4*>(dout + c);
+    const Element* ea = reinterpret_cast<const Element*>(&a);
+    const Element* eb = reinterpret_cast<const Element*>(&b);
+    CUTE_UNROLL
+    for (int j = 0; j < 8; ++j) { sum += float(ea[j]) * float(eb[j]); }
+  }
+  CUTE_UNROLL
+  for (int offset = 16; offset > 0; offset /= 2) { sum += __shfl_xor_sync(0xffffffff, sum, offset); }
+  if (lane == 0) { p.delta_ptr[(int64_t(batch) * p.nheads + head) * p.seqlen_q + row] = sum; }
+}
+
+// dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], one warp per row.
+template <typename Element>
+__global__ void bwd_convert_dq_kernel(__grid_constant__ const BwdParams p) {
+  constexpr int kRowsPerBlock = 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowsPerBlock + warp, head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.seqlen_q) return;
+  const float* acc = p.dq_accum_ptr + ((int64_t(batch) * p.nheads + head) * p.seqlen_q + row) * p.headdim_rounded;
+  Element* dq = static_cast<Element*>(p.dq_ptr) + batch * p.dq_batch_stride + row * p.dq_row_stride +
+                head * p.dq_head_stride;
+  for (int c = lane; c < p.headdim; c += 32) { dq[c] = Element(acc[c] * p.softmax_scale); }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using TileS = Shape<Int<kBlockM>, Int<kBlockN>>;
+  const int tid = threadIdx.x;
+  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int head_k = head / (params.nheads / params.nheads_k);
+  const int valid_kv_rows = min(kBlockN, params.seqlen_k - n_block * kBlockN);
+  const VisibleKeys vk(params.seqlen_q, params.seqlen_k, params.window_left, params.window_right);
+
+  // Q blocks with a row that sees a key of this K/V block: row i sees key j iff
+  // j <= i + shift + window_right, so rows before n_block*kBlockN - shift - window_right see none.
+  const int m_max = (params.seqlen_q + kBlockM - 1) / kBlockM;
+  int m_min = 0;
+  if (params.window_right >= 0) {
+    const int first_row = n_block * kBlockN - vk.shift - params.window_right;
+    m_min = first_row <= 0 ? 0 : first_row / kBlockM;
+  }
+
+  // ---------------------------------------------------------------- GLOBAL TILES
+  auto rows = [&](const void* base, int64_t offset, int seqlen, int64_t row_stride) {
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(base) + offset),
+                       make_shape(seqlen, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
+  };
+  Tensor mQ = rows(params.q_ptr, batch * params.q_batch_stride + head * params.q_head_stride, params.seqlen_q,
+                   params.q_row_stride);                                                       // (seqlen_q, d)
+  Tensor mdO = rows(params.do_ptr, batch * params.do_batch_stride + head * params.do_head_stride, params.seqlen_q,
+                    params.do_row_stride);                                                     // (seqlen_q, d)
+  Tensor mK = rows(params.k_ptr, batch * params.k_batch_stride + head_k * params.k_head_stride, params.seqlen_k,
+                   params.k_row_stride);                                                       // (seqlen_k, d)
+  Tensor mV = rows(params.v_ptr, batch * params.v_batch_stride + head_k * params.v_head_stride, params.seqlen_k,
+                   params.v_row_stride);                                                       // (seqlen_k, d)
+  auto out_rows = [&](void* base, int64_t offset, int64_t row_stride) {
+    return make_tensor(make_gmem_ptr(static_cast<Element*>(base) + offset),
+                       make_shape(params.seqlen_k, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
+  };
+  Tensor mdK = out_rows(params.dk_ptr, batch * params.dk_batch_stride + head * params.dk_head_stride,
+                        params.dk_row_stride);                                                 // (seqlen_k, d)
+  Tensor mdV = out_rows(params.dv_ptr, batch * params.dv_batch_stride + head * params.dv_head_stride,
+                        params.dv_row_stride);                                                 // (seqlen_k, d)
+  const int64_t bh = int64_t(batch) * params.nheads + head;
+  Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + bh * params.seqlen_q), make_shape(params.seqlen_q));
+  Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + bh * params.seqlen_q), make_shape(params.seqlen_q));
+  Tensor mdQacc = make_tensor(make_gmem_ptr(params.dq_accum_ptr + bh * params.seqlen_q * params.headdim_rounded),
+                              make_shape(params.seqlen_q, Int<kHeadDim>{}),
+                              make_stride(int64_t(params.headdim_rounded), _1{}));             // (seqlen_q, d) fp32
+
+  Tensor gQ = local_tile(mQ, TileQ{}, make_coord(_, 0));                                     // (kBlockM, d, m)
+  Tensor gdO = local_tile(mdO, TileQ{}, make_coord(_, 0));                                   // (kBlockM, d, m)
+  Tensor gK = local_tile(mK, TileKV{}, make_coord(n_block, 0));                              // (kBlockN, d)
+  Tensor gV = local_tile(mV, TileKV{}, make_coord(n_block, 0));                              // (kBlockN, d)
+  Tensor gdK = local_tile(mdK, TileKV{}, make_coord(n_block, 0));                            // (kBlockN, d)
+  Tensor gdV = local_tile(mdV, TileKV{}, make_coord(n_block, 0));                            // (kBlockN, d)
+  Tensor gdQacc = local_tile(mdQacc, TileQ{}, make_coord(_, 0));                             // (kBlockM, d, m)
+
+  typename Traits::GmemTiledCopyO gmem_copy_out;
+  auto gmem_thr_out = gmem_copy_out.get_thread_slice(tid);
+  Tensor tKVcKV_out = gmem_thr_out.partition_D(make_identity_tensor(TileKV{}));              // (CPY, CPY_N, CPY_K)
+
+  if (m_max <= m_min) {  // no query sees this K/V block: its gradients are zero
+    Tensor zeros = make_fragment_like<Element>(gmem_thr_out.partition_D(gdK));
+    clear(zeros);
+    store_tile(gmem_copy_out, zeros, gmem_thr_out.partition_D(gdK), tKVcKV_out, valid_kv_rows, params.headdim);
+    store_tile(gmem_copy_out, zeros, gmem_thr_out.partition_D(gdV), tKVcKV_out, valid_kv_rows, params.headdim);
+    return;
+  }
+
+  // ---------------------------------------------------------------- SHARED TILES
+  extern __shared__ __align__(128) char smem[];
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});  // (kBlockM, d)
+  Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQ{});                           // (kBlockM, d)
+  Tensor sK = make_tensor(sdO.data() + size(sdO), typename Traits::SmemLayoutKV{});                         // (kBlockN, d)
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});                           // (kBlockN, d)
+  Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutP{});                            // (kBlockM, kBlockN)
+  Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutP{});                           // (kBlockM, kBlockN)
+  Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                                     // (d, kBlockM)
+  Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                                   // (d, kBlockM)
+  Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                                     // (d, kBlockN)
+  Tensor sPt = make_tensor(sP.data(), typename Traits::SmemLayoutPt{});                                     // (kBlockN, kBlockM)
+  Tensor sdSt = make_tensor(sdS.data(), typename Traits::SmemLayoutPt{});                                   // (kBlockN, kBlockM)
+
+  // ---------------------------------------------------------------- GLOBAL -> SHARED
+  typename Traits::GmemTiledCopyQKV gmem_copy;
+  auto gmem_thr = gmem_copy.get_thread_slice(tid);
+  Tensor tQgQ = gmem_thr.partition_S(gQ);                                       // (CPY, CPY_M, CPY_K, m)
+  Tensor tQsQ = gmem_thr.partition_D(sQ);                                       // (CPY, CPY_M, CPY_K)
+  Tensor tdOgdO = gmem_thr.partition_S(gdO);                                    // (CPY, CPY_M, CPY_K, m)
+  Tensor tdOsdO = gmem_thr.partition_D(sdO);                                    // (CPY, CPY_M, CPY_K)
+  Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(TileQ{}));            // (CPY, CPY_M, CPY_K) -> (row, col)
+  Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(TileKV{}));         // (CPY, CPY_N, CPY_K) -> (row, col)
+  load_tile(gmem_copy, gmem_thr.partition_S(gK), gmem_thr.partition_D(sK), tKVcKV, valid_kv_rows, params.headdim);
+  load_tile(gmem_copy, gmem_thr.partition_S(gV), gmem_thr.partition_D(sV), tKVcKV, valid_kv_rows, params.headdim);
+  cp_async_fence();
+
+  // ---------------------------------------------------------------- MMA PARTITIONS
+  // S = Q K^T and dP = dO V^T: (kBlockM, kBlockN)
+  typename Traits::TiledMmaSdP mma_sdp;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);                               // (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thr_sdp.partition_fragment_B(sK);                               // (MMA, MMA_N, MMA_K)
+  Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);                            // (MMA, MMA_M, MMA_K)
+  Tensor tdPrV = thr_sdp.partition_fragment_B(sV);                              // (MMA, MMA_N, MMA_K)
+  auto copy_a_sdp = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_sdp);
+  auto copy_b_sdp = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma_sdp);
+  Tensor tSsQ = copy_a_sdp.get_thread_slice(tid).partition_S(sQ);               // (CPY, MMA_M, MMA_K)
+  Tensor tdPsdO = copy_a_sdp.get_thread_slice(tid).partition_S(sdO);            // (CPY, MMA_M, MMA_K)
+  Tensor tSsK = copy_b_sdp.get_thread_slice(tid).partition_S(sK);               // (CPY, MMA_N, MMA_K)
+  Tensor tdPsV = copy_b_sdp.get_thread_slice(tid).partition_S(sV);              // (CPY, MMA_N, MMA_K)
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));             // (MMA, MMA_M, MMA_N) -> (row, col)
+  Tensor tScS_rc = make_tensor(tScS.data(), rowcol_view(tScS.layout()));        // (rows, cols)
+  auto store_sdp = make_tiled_copy_C(typename Traits::SmemCopyAtomStore{}, mma_sdp);
+  auto store_sdp_thr = store_sdp.get_thread_slice(tid);
+  Tensor tPsP = store_sdp_thr.partition_D(sP);                                  // (CPY, CPY_M, CPY_N)
+  Tensor tdSsdS = store_sdp_thr.partition_D(sdS);                               // (CPY, CPY_M, CPY_N)
+
+  // dV += P^T dO and dK += dS^T Q: (kBlockN, d), accumulated over all Q blocks in registers
+  typename Traits::TiledMmadKV mma_dkv;
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);                            // (MMA, MMA_N, MMA_M)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);                          // (MMA, d/.., MMA_M)
+  Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);                          // (MMA, MMA_N, MMA_M)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);                            // (MMA, d/.., MMA_M)
+  auto copy_a_dkv = make_tiled_copy_A(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
+  auto copy_b_dkv = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
+  Tensor tdVsPt = copy_a_dkv.get_thread_slice(tid).partition_S(sPt);
+  Tensor tdKsdSt = copy_a_dkv.get_thread_slice(tid).partition_S(sdSt);
+  Tensor tdVsdOt = copy_b_dkv.get_thread_slice(tid).partition_S(sdOt);
+  Tensor tdKsQt = copy_b_dkv.get_thread_slice(tid).partition_S(sQt);
+  Tensor acc_dk = partition_fragment_C(mma_dkv, TileKV{});                      // (MMA, MMA_N, d/..) fp32
+  Tensor acc_dv = partition_fragment_C(mma_dkv, TileKV{});                      // (MMA, MMA_N, d/..) fp32
+  clear(acc_dk);
+  clear(acc_dv);
+
+  // dQ += dS K: (kBlockM, d), added to dq_accum in global memory after every Q block
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);                             // (MMA, MMA_M, MMA_N)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);                             // (MMA, d/.., MMA_N)
+  auto copy_a_dq = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_dq);
+  auto copy_b_dq = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
+  Tensor tdQsdS = copy_a_dq.get_thread_slice(tid).partition_S(sdS);
+  Tensor tdQsKt = copy_b_dq.get_thread_slice(tid).partition_S(sKt);
+  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(TileQ{}));            // (MMA, MMA_M, d/..) -> (row, col)
+
+  constexpr int kRows = decltype(size<0>(tScS_rc))::value;
+  const float lse_to_log2 = float(M_LOG2E);
+
+  // ---------------------------------------------------------------- MAIN LOOP over Q blocks
+  CUTE_NO_UNROLL
+  for (int m_block = m_min; m_block < m_max; ++m_block) {
+    const int valid_q_rows = params.seqlen_q - m_block * kBlockM;
+    load_tile(gmem_copy, tQgQ(_, _, _, m_block), tQsQ, tQcQ, valid_q_rows, params.headdim);
+    load_tile(gmem_copy, tdOgdO(_, _, _, m_block), tdOsdO, tQcQ, valid_q_rows, params.headdim);
+    cp_async_fence();
+
+    // LSE (log2 domain) and D of this thread's rows. Rows past seqlen_q and rows that see no
+    // key (LSE = -inf) get +inf, so their P is exactly 0.
+    float lse_log2[kRows], delta[kRows];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = m_block * kBlockM + get<0>(tScS_rc(r, 0));
+      const float lse = row < params.seqlen_q ? mLse(row) : INFINITY;
+      lse_log2[r] = lse == -INFINITY ? INFINITY : lse * lse_to_log2;
+      delta[r] = row < params.seqlen_q ? mDelta(row) : 0.f;
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // S = Q K^T, masked, P = exp2(S * scale_log2 - LSE * log2 e)
+    Tensor acc_s = partition_fragment_C(mma_sdp, TileS{});                      // (MMA, MMA_M, MMA_N) fp32
+    Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));   // (rows, cols)
+    clear(acc_s);
+    gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, mma_sdp, copy_a_sdp, copy_b_sdp);
+    if (KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n_block)) {
+      apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN);
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc_s_rc); ++c) {
+        acc_s_rc(r, c) = exp2f(acc_s_rc(r, c) * params.scale_log2 - lse_log2[r]);
+      }
+    }
+
+    // dP = dO V^T, dS = P (dP - D)
+    Tensor acc_dp = partition_fragment_C(mma_sdp, TileS{});                     // (MMA, MMA_M, MMA_N) fp32
+    Tensor acc_dp_rc = make_tensor(acc_dp.data(), rowcol_view(acc_dp.layout()));
+    clear(acc_dp);
+    gemm_ss(acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, mma_sdp, copy_a_sdp, copy_b_sdp);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc_dp_rc); ++c) {
+        acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
+      }
+    }
+
+    // P and dS to shared memory: the dK/dV and dQ products read them transposed / by other warps.
+    Tensor rP = convert_type<Element>(acc_s);
+    Tensor rdS = convert_type<Element>(acc_dp);
+    copy(store_sdp, store_sdp_thr.retile_S(rP), tPsP);
+    copy(store_sdp, store_sdp_thr.retile_S(rdS), tdSsdS);
+    __syncthreads();
+
+    gemm_ss(acc_dv, tdVrPt, tdVrdOt, tdVsPt, tdVsdOt, mma_dkv, copy_a_dkv, copy_b_dkv);   // dV += P^T dO
+    gemm_ss(acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, mma_dkv, copy_a_dkv, copy_b_dkv);   // dK += dS^T Q
+
+    Tensor acc_dq = partition_fragment_C(mma_dq, TileQ{});                      // (MMA, MMA_M, d/..) fp32
+    clear(acc_dq);
+    gemm_ss(acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, mma_dq, copy_a_dq, copy_b_dq);       // dQ_j = dS K
+    Tensor gdQ = gdQacc(_, _, m_block);                                         // (kBlockM, d)
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dq); ++i) {
+      const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+      if (row < valid_q_rows && col < params.headdim) { atomicAdd(&gdQ(row, col), acc_dq(i)); }
+    }
+    __syncthreads();  // the next Q block overwrites sQ, sdO, sP, sdS
+  }
+
+  // ---------------------------------------------------------------- EPILOGUE
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dk); ++i) { acc_dk(i) *= params.softmax_scale; }
+  Tensor rdK = convert_type<Element>(acc_dk);
+  Tensor rdV = convert_type<Element>(acc_dv);
+  auto store_dkv = make_tiled_copy_C(typename Traits::SmemCopyAtomStore{}, mma_dkv);
+  auto store_dkv_thr = store_dkv.get_thread_slice(tid);
+  copy(store_dkv, store_dkv_thr.retile_S(rdK), store_dkv_thr.partition_D(sK));  // K and V are no longer needed
+  copy(store_dkv, store_dkv_thr.retile_S(rdV), store_dkv_thr.partition_D(sV));
+  __syncthreads();
+  Tensor tdKrdK = make_fragment_like(gmem_thr_out.partition_D(gdK));
+  Tensor tdVrdV = make_fragment_like(gmem_thr_out.partition_D(gdV));
+  copy(gmem_copy_out, gmem_thr_out.partition_S(sK), tdKrdK);
+  copy(gmem_copy_out, gmem_thr_out.partition_S(sV), tdVrdV);
+  store_tile(gmem_copy_out, tdKrdK, gmem_thr_out.partition_D(gdK), tKVcKV_out, valid_kv_rows, params.headdim);
+  store_tile(gmem_copy_out, tdVrdV, gmem_thr_out.partition_D(gdV), tKVcKV_out, valid_kv_rows, params.headdim);
+}
+
+}  // namespace flash

@@ -1,0 +1,96 @@
+"""Gradients through flash_attn_cuda.attention (EXPERIMENTAL backward, built with
+FLASH_ATTN_CUDA_BACKWARD=1) against autograd through a float32 reference.
+
+Tolerance rule (FA2's): for each of dq, dk, dv our max error vs the float32 reference is at
+most twice the max error of PyTorch's own autograd in the low precision, plus 1e-4.
+"""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if torch.cuda.is_available():
+    import flash_attn_cuda
+    from flash_attn_cuda import attention
+    from flash_attn_cuda.reference import attention_ref
+
+    HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
+    HDIMS = flash_attn_cuda.compiled_head_dims()
+    DTYPES = flash_attn_cuda.compiled_dtypes()
+else:
+    HAS_BACKWARD, HDIMS, DTYPES = False, (64,), (torch.bfloat16,)
+
+
+@pytest.fixture(autouse=True)
+def _needs_backward_build():
+    if not HAS_BACKWARD:
+        pytest.skip("built without FLASH_ATTN_CUDA_BACKWARD=1")
+
+
+def grads(fn, q, k, v, dout):
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = fn(q, k, v)
+    return torch.autograd.grad(out, (q, k, v), dout)
+
+
+def check_backward(q, k, v, causal):
+    dout = torch.randn_like(q)
+    ours = grads(lambda a, b, c: attention(a, b, c, causal=causal), q, k, v, dout)
+    ref = grads(lambda a, b, c: attention_ref(a, b, c, causal, compute_dtype=torch.float32)[0], q, k, v, dout.float())
+    lowp = grads(lambda a, b, c: attention_ref(a, b, c, causal, compute_dtype=None)[0], q, k, v, dout)
+    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref, lowp):
+        assert g.shape == r.shape and g.dtype == q.dtype, name
+        assert not g.isnan().any(), f"{name} has NaN"
+        err = (g.float() - r).abs().max().item()
+        err_pt = (l.float() - r).abs().max().item()
+        assert err <= 2 * err_pt + 1e-4, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
+
+
+SEQLENS = [(1, 1), (7, 7), (113, 203), (128, 128), (255, 100), (1000, 1000)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+def test_gradients_match_reference(seqlen_q, seqlen_k, causal, hdim, dtype):
+    torch.manual_seed(seqlen_q + 3 * seqlen_k + hdim)
+    q = torch.randn(2, seqlen_q, 3, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    check_backward(q, k, v, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_gradients(causal):
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(2, 150, 8, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 170, 2, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, 170, 2, hdim, device="cuda", dtype=dtype)
+    check_backward(q, k, v, causal)
+
+
+def test_strided_input_gradients():
+    hdim, dtype = HDIMS[-1], DTYPES[-1]
+    qkv = torch.randn(2, 300, 3, 4, hdim, device="cuda", dtype=dtype)
+    check_backward(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+
+
+def test_compile_fwd_bwd_fullgraph():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v = (torch.randn(2, 256, 4, hdim, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        return attention(q, k, v, causal=True).float().square().sum()
+
+    loss = torch.compile(f, fullgraph=True)(q, k, v)
+    compiled = torch.autograd.grad(loss, (q, k, v))
+    eager = torch.autograd.grad(f(q, k, v), (q, k, v))
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_opcheck_with_autograd():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v = (torch.randn(2, 100, 2, hdim, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    torch.library.opcheck(torch.ops.flash_attn_cuda.fwd.default, (q, k, v, hdim ** -0.5, True))
