@@ -85,9 +85,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
   }
 
   // ---------------------------------------------------------------- GLOBAL TILES
-  auto rows = [&](const void* base, int64_t offset, int seqlen, int64_t row_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<const Element*>(base) + offset),
-                       make_shape(seqlen, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
+  auto rows = [&](auto* base, int64_t offset, int seqlen, int64_t row_stride) {
+    return gmem_rows<Element, kHeadDim>(base, offset, seqlen, row_stride);
   };
   Tensor mQ = rows(params.q_ptr, batch * params.q_batch_stride + head * params.q_head_stride, params.seqlen_q,
                    params.q_row_stride);                                                       // (seqlen_q, d)
@@ -97,14 +96,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
                    params.k_row_stride);                                                       // (seqlen_k, d)
   Tensor mV = rows(params.v_ptr, batch * params.v_batch_stride + head_k * params.v_head_stride, params.seqlen_k,
                    params.v_row_stride);                                                       // (seqlen_k, d)
-  auto out_rows = [&](void* base, int64_t offset, int64_t row_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<Element*>(base) + offset),
-                       make_shape(params.seqlen_k, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
-  };
-  Tensor mdK = out_rows(params.dk_ptr, batch * params.dk_batch_stride + head * params.dk_head_stride,
-                        params.dk_row_stride);                                                 // (seqlen_k, d)
-  Tensor mdV = out_rows(params.dv_ptr, batch * params.dv_batch_stride + head * params.dv_head_stride,
-                        params.dv_row_stride);                                                 // (seqlen_k, d)
+  Tensor mdK = rows(params.dk_ptr, batch * params.dk_batch_stride + head * params.dk_head_stride, params.seqlen_k,
+                    params.dk_row_stride);                                                     // (seqlen_k, d)
+  Tensor mdV = rows(params.dv_ptr, batch * params.dv_batch_stride + head * params.dv_head_stride, params.seqlen_k,
+                    params.dv_row_stride);                                                     // (seqlen_k, d)
   const int64_t bh = int64_t(batch) * params.nheads + head;
   Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + bh * params.seqlen_q), make_shape(params.seqlen_q));
   Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + bh * params.seqlen_q), make_shape(params.seqlen_q));

@@ -3,11 +3,23 @@
 // in their place so the MMAs see exact zeros (a garbage V row times P = 0 could be NaN).
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 
 namespace flash {
 
 using namespace cute;
+
+// Global view of one (batch, head): its rows as a (seqlen, kHeadDim) tensor, const when base
+// is. The column extent is the compiled head dim; columns past the real head dim are never
+// dereferenced (load_tile / store_tile check them).
+template <typename Element, int kHeadDim, typename Void>
+CUTE_DEVICE auto gmem_rows(Void* base, int64_t offset, int seqlen, int64_t row_stride) {
+  using T = std::conditional_t<std::is_const_v<Void>, const Element, Element>;
+  return make_tensor(make_gmem_ptr(static_cast<T*>(base) + offset), make_shape(seqlen, Int<kHeadDim>{}),
+                     make_stride(row_stride, _1{}));
+}
 
 // Global -> shared with cp.async where (row < max_rows && col < max_cols), zeros elsewhere.
 // kCheckRows = false drops the row test (interior K/V blocks are whole): fewer live registers

@@ -17,14 +17,6 @@ namespace flash {
 
 using namespace cute;
 
-// Global views of one (batch, head): the rows of q/k/v/o as (seqlen, kHeadDim) tensors. The
-// column extent is the compiled head dim; columns past params.headdim are never dereferenced.
-template <typename Element, int kHeadDim>
-CUTE_DEVICE auto gmem_rows(const void* base, int64_t offset, int seqlen, int64_t row_stride) {
-  return make_tensor(make_gmem_ptr(static_cast<const Element*>(base) + offset),
-                     make_shape(seqlen, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
-}
-
 // Rows of a Q tile that see no key at all: O = 0, LSE = -inf.
 template <typename Traits, class GO, class Lse>
 CUTE_DEVICE void write_empty_tile(GO& gO, Lse& gLse, int valid_rows, int headdim) {
@@ -67,10 +59,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
                                            params.seqlen_k, params.k_row_stride);            // (seqlen_k, d)
   Tensor mV = gmem_rows<Element, kHeadDim>(params.v_ptr, batch * params.v_batch_stride + head_k * params.v_head_stride,
                                            params.seqlen_k, params.v_row_stride);            // (seqlen_k, d)
-  Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(params.o_ptr) + batch * params.o_batch_stride +
-                                        head * params.o_head_stride),
-                          make_shape(params.seqlen_q, Int<kHeadDim>{}),
-                          make_stride(params.o_row_stride, _1{}));                           // (seqlen_q, d)
+  Tensor mO = gmem_rows<Element, kHeadDim>(params.o_ptr, batch * params.o_batch_stride + head * params.o_head_stride,
+                                           params.seqlen_q, params.o_row_stride);            // (seqlen_q, d)
   Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + (int64_t(batch) * params.nheads + head) * params.seqlen_q),
                             make_shape(params.seqlen_q));                                     // (seqlen_q)
 
