@@ -31,6 +31,42 @@ void check_input(const at::Tensor& t, const char* name) {
               "call .contiguous() on it");
 }
 
+// The scale as the kernels use it (float32). They take the row max of raw scores, so only a
+// positive scale is right; denormals would be flushed to zero.
+float checked_scale(double softmax_scale) {
+  const float scale = static_cast<float>(softmax_scale);
+  TORCH_CHECK(std::isnormal(scale) && scale > 0.f && scale <= std::numeric_limits<float>::max() / 2,
+              "flash_attn_cuda: softmax_scale must be a positive normal float32, got ", softmax_scale);
+  return scale;
+}
+
+// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, dtype.
+void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, bool causal,
+                     int headdim_rounded) {
+  p.q_ptr = q.data_ptr();
+  p.k_ptr = k.data_ptr();
+  p.v_ptr = v.data_ptr();
+  p.o_ptr = out.data_ptr();
+  p.lse_ptr = lse.data_ptr<float>();
+  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  p.batch = static_cast<int>(q.size(0));
+  p.seqlen_q = static_cast<int>(q.size(1));
+  p.seqlen_k = static_cast<int>(k.size(1));
+  p.nheads = static_cast<int>(q.size(2));
+  p.nheads_k = static_cast<int>(k.size(2));
+  p.headdim = static_cast<int>(q.size(3));
+  p.headdim_rounded = headdim_rounded;
+  p.softmax_scale = checked_scale(softmax_scale);
+  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+  p.window_left = -1;
+  p.window_right = causal ? 0 : -1;
+  p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
+}
+
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                        double softmax_scale, bool causal) {
   check_input(q, "q");
@@ -53,9 +89,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen,
               "flash_attn_cuda: sequence lengths must be <= ", flash::kMaxSeqlen, ", got ", seqlen_q, " and ",
               seqlen_k);
-  const float scale = static_cast<float>(softmax_scale);  // what the kernel computes with
-  TORCH_CHECK(std::isnormal(scale) && scale > 0.f && scale <= std::numeric_limits<float>::max() / 2,
-              "flash_attn_cuda: softmax_scale must be a positive normal float32, got ", softmax_scale);
+  checked_scale(softmax_scale);  // before any allocation
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim,
               " is larger than every head dim compiled into this build");
@@ -80,28 +114,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   }
 
   flash::FwdParams p;
-  p.q_ptr = q.data_ptr();
-  p.k_ptr = k.data_ptr();
-  p.v_ptr = v.data_ptr();
-  p.o_ptr = out.data_ptr();
-  p.lse_ptr = lse.data_ptr<float>();
-  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
-  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
-  p.batch = static_cast<int>(batch);
-  p.seqlen_q = static_cast<int>(seqlen_q);
-  p.seqlen_k = static_cast<int>(seqlen_k);
-  p.nheads = static_cast<int>(nheads);
-  p.nheads_k = static_cast<int>(nheads_k);
-  p.headdim = static_cast<int>(headdim);
-  p.headdim_rounded = headdim_rounded;
-  p.softmax_scale = scale;
-  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
-  p.window_left = -1;
-  p.window_right = causal ? 0 : -1;
-  p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
-
+  fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
   const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
               q.scalar_type(), " and head dim ", headdim_rounded);
@@ -137,8 +150,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
               "flash_attn_cuda: lse must be contiguous float32 (batch, nheads, seqlen_q)");
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen && batch <= 65535 && nheads <= 65535,
               "flash_attn_cuda: sizes out of range");
-  const float scale = static_cast<float>(softmax_scale);
-  TORCH_CHECK(std::isnormal(scale) && scale > 0.f, "flash_attn_cuda: softmax_scale must be a positive normal float32");
+  checked_scale(softmax_scale);  // before any allocation
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim, " is not compiled into this build");
 
@@ -161,26 +173,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
     at::Tensor dq_accum = at::zeros({batch, nheads, seqlen_q, headdim_rounded}, q.options().dtype(at::kFloat));
     at::Tensor delta = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
     flash::BwdParams p;
-    p.q_ptr = q.data_ptr(), p.k_ptr = k.data_ptr(), p.v_ptr = v.data_ptr(), p.o_ptr = out.data_ptr();
-    p.lse_ptr = lse.data_ptr<float>();
+    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
     p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk_full.data_ptr(), p.dv_ptr = dv_full.data_ptr();
     p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
-    p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-    p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
-    p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
-    p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
     p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1), p.do_head_stride = dout.stride(2);
     p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
     p.dk_batch_stride = dk_full.stride(0), p.dk_row_stride = dk_full.stride(1), p.dk_head_stride = dk_full.stride(2);
     p.dv_batch_stride = dv_full.stride(0), p.dv_row_stride = dv_full.stride(1), p.dv_head_stride = dv_full.stride(2);
-    p.batch = static_cast<int>(batch), p.seqlen_q = static_cast<int>(seqlen_q), p.seqlen_k = static_cast<int>(seqlen_k);
-    p.nheads = static_cast<int>(nheads), p.nheads_k = static_cast<int>(nheads_k);
-    p.headdim = static_cast<int>(headdim), p.headdim_rounded = headdim_rounded;
-    p.softmax_scale = scale;
-    p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
-    p.window_left = -1;
-    p.window_right = causal ? 0 : -1;
-    p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
     const cudaError_t err = flash::run_bwd(p, at::cuda::getCurrentCUDAStream());
     TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: backward launch failed: ", cudaGetErrorString(err));
   }

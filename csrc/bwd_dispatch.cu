@@ -1,8 +1,6 @@
 // Dispatch of the backward (EXPERIMENTAL): compiled only with FLASH_ATTN_CUDA_BACKWARD=1.
 #include <cutlass/numeric_types.h>
 
-#include <cmath>
-
 #include "bwd_launch.h"
 #include "flash_api.h"
 #include "instantiations/build_config.h"
@@ -23,13 +21,7 @@ static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
 }
 
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
-  if (params.headdim <= 0 || params.headdim > params.headdim_rounded || params.headdim % 8 != 0 ||
-      params.nheads_k <= 0 || params.nheads % params.nheads_k != 0 || params.seqlen_q <= 0 ||
-      params.seqlen_k <= 0 || params.seqlen_q > kMaxSeqlen || params.seqlen_k > kMaxSeqlen || params.batch <= 0 ||
-      !(params.softmax_scale > 0.f) || !std::isnormal(params.scale_log2) || params.window_left >= 0 ||
-      params.cu_seqlens_q != nullptr || params.cu_seqlens_k != nullptr || params.softcap != 0.f) {
-    return cudaErrorInvalidValue;
-  }
+  if (!params_supported(params)) { return cudaErrorInvalidValue; }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \

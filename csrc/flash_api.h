@@ -10,6 +10,10 @@
 
 namespace flash {
 
+// True when the kernels implement these sizes and options (both directions use it; the
+// reserved fields of params.h must be at their defaults).
+bool params_supported(const FwdParams& params);
+
 // Runs the forward pass on `stream`. params.headdim_rounded must be one of compiled_head_dims()
 // and params.dtype one of compiled_dtypes(); otherwise returns cudaErrorInvalidValue and
 // launches nothing. Returns the launch's error status.

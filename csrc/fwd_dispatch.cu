@@ -28,17 +28,19 @@ static cudaError_t run_fwd_dtype(const FwdParams& params, cudaStream_t stream) {
   }
 }
 
+bool params_supported(const FwdParams& params) {
+  return params.headdim > 0 && params.headdim <= params.headdim_rounded && params.headdim % 8 == 0 &&
+         params.nheads_k > 0 && params.nheads % params.nheads_k == 0 && params.seqlen_q > 0 &&
+         params.seqlen_k > 0 && params.seqlen_q <= kMaxSeqlen && params.seqlen_k <= kMaxSeqlen && params.batch > 0 &&
+         // the online softmax takes the row max of raw scores: only right for a positive scale
+         params.softmax_scale > 0.f && std::isnormal(params.scale_log2) &&
+         // reserved fields (params.h) the kernels do not implement yet
+         params.window_left < 0 && params.cu_seqlens_q == nullptr && params.cu_seqlens_k == nullptr &&
+         params.softcap == 0.f;
+}
+
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
-  if (params.headdim <= 0 || params.headdim > params.headdim_rounded || params.headdim % 8 != 0 ||
-      params.nheads_k <= 0 || params.nheads % params.nheads_k != 0 || params.seqlen_q <= 0 ||
-      params.seqlen_k <= 0 || params.seqlen_q > kMaxSeqlen || params.seqlen_k > kMaxSeqlen || params.batch <= 0 ||
-      // the online softmax takes the row max of raw scores: only right for a positive scale
-      !(params.softmax_scale > 0.f) || !std::isnormal(params.scale_log2) ||
-      // reserved fields (params.h) the kernels do not implement yet
-      params.window_left >= 0 || params.cu_seqlens_q != nullptr || params.cu_seqlens_k != nullptr ||
-      params.softcap != 0.f) {
-    return cudaErrorInvalidValue;
-  }
+  if (!params_supported(params)) { return cudaErrorInvalidValue; }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \
