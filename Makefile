@@ -1,5 +1,6 @@
 # flash_attn_cuda developer entry points. Build flags come from the environment
-# (FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_CUDA_HDIMS, FLASH_ATTN_CUDA_DTYPES, MAX_JOBS, CUTLASS_DIR).
+# (FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_CUDA_HDIMS, FLASH_ATTN_CUDA_DTYPES, FLASH_ATTN_CUDA_BACKWARD, MAX_JOBS,
+# CUTLASS_DIR).
 PYTHON ?= python3
 export CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -26,22 +27,36 @@ ifeq ($(CUTLASS_INC),)
 endif
 GENCODE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
   print(' '.join(b.nvcc_gencode_flags(b.parse_archs(os.environ.get('FLASH_ATTN_CUDA_ARCHS')))))")
+# -DFLASH_ATTN_CUDA_BACKWARD in builds with the backward, as setup.py passes it to every source.
+BACKWARD_DEFINE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
+  print('-DFLASH_ATTN_CUDA_BACKWARD' if b.from_env(os.environ).backward else '')")
 NVCC_FLAGS = -O3 -std=c++20 -DNDEBUG --use_fast_math --expt-relaxed-constexpr -lineinfo $(GENCODE) \
-  -Icsrc -I$(CUTLASS_INC)
+  $(BACKWARD_DEFINE) -Icsrc -I$(CUTLASS_INC)
 
-bench-cpp:          ## build/cpp/bench_fwd (runs on the GPU host; builds anywhere nvcc is)
+# bench_bwd needs the backward instantiations, which tools/gen_instantiations.py does not write with
+# FLASH_ATTN_CUDA_BACKWARD=0; then it is skipped (and a stale one from another build removed).
+bench-cpp:          ## build/cpp/bench_fwd, and bench_bwd unless FLASH_ATTN_CUDA_BACKWARD=0 (run on the GPU host)
 	$(PYTHON) tools/gen_instantiations.py > /dev/null
 	$(MAKE) $(BUILD)/bench_fwd
+	@if ls csrc/instantiations/bwd_*.cu > /dev/null 2>&1; then $(MAKE) $(BUILD)/bench_bwd; \
+	else rm -f $(BUILD)/bench_bwd; \
+	  echo "bench-cpp: bench_bwd skipped: this build has no backward (FLASH_ATTN_CUDA_BACKWARD=0)"; fi
 
-KERNEL_SRCS = csrc/fwd_dispatch.cu $(wildcard csrc/instantiations/*.cu)
-KERNEL_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(KERNEL_SRCS))
+FWD_SRCS = csrc/fwd_dispatch.cu $(wildcard csrc/instantiations/fwd_*.cu)
+BWD_SRCS = csrc/bwd_dispatch.cu $(wildcard csrc/instantiations/bwd_*.cu)
+FWD_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(FWD_SRCS))
+BWD_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(BWD_SRCS))
+BENCH_DEPS = benchmarks/cpp/bench_common.h csrc/flash_api.h csrc/params.h
 
 $(BUILD)/%.o: csrc/%.cu $(wildcard csrc/*.h) csrc/instantiations/build_config.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(BUILD)/bench_fwd: benchmarks/cpp/bench_fwd.cu $(KERNEL_OBJS)
-	$(NVCC) $(NVCC_FLAGS) $^ -o $@
+$(BUILD)/bench_fwd: benchmarks/cpp/bench_fwd.cu $(BENCH_DEPS) $(FWD_OBJS)
+	$(NVCC) $(NVCC_FLAGS) $(filter-out %.h,$^) -o $@
+
+$(BUILD)/bench_bwd: benchmarks/cpp/bench_bwd.cu $(BENCH_DEPS) $(FWD_OBJS) $(BWD_OBJS)
+	$(NVCC) $(NVCC_FLAGS) $(filter-out %.h,$^) -o $@
 
 clean:
 	rm -rf build flash_attn_cuda/*.so csrc/instantiations

@@ -67,8 +67,10 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
   p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
 }
 
+// deterministic only matters to the backward; the forward takes it so that autograd's context
+// (which sees the forward's inputs) can hand it on.
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       double softmax_scale, bool causal) {
+                                       double softmax_scale, bool causal, bool /*deterministic*/) {
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -126,11 +128,12 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
 }
 
 #ifdef FLASH_ATTN_CUDA_BACKWARD
-// EXPERIMENTAL backward (see csrc/bwd_kernel.h). Gradients of out only; lse is not
-// differentiable. With GQA, dk/dv are computed per query head and summed over each group.
+// Backward (csrc/bwd_kernel.h). Gradients of out only; lse is not differentiable. With GQA,
+// dk/dv are computed per query head and summed over each group. deterministic: bit-identical
+// gradients run to run, at the cost of num_dq_splits float32 copies of dq (see params.h).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                                   double softmax_scale, bool causal) {
+                                                   double softmax_scale, bool causal, bool deterministic) {
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -170,12 +173,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
     dk_full.zero_();
     dv_full.zero_();
   } else {
-    at::Tensor dq_accum = at::zeros({batch, nheads, seqlen_q, headdim_rounded}, q.options().dtype(at::kFloat));
-    at::Tensor delta = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
     flash::BwdParams p;
     fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
+    p.deterministic = deterministic;
+    p.num_dq_splits = flash::bwd_dq_accum_splits(p, props->multiProcessorCount);
+    p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
+    const auto f32 = q.options().dtype(at::kFloat);
+    at::Tensor dq_accum = at::zeros({p.num_dq_splits, batch, nheads, p.seqlen_q_rounded, headdim_rounded}, f32);
+    at::Tensor delta = at::empty({batch, nheads, p.seqlen_q_rounded}, f32);
+    at::Tensor lse_log2 = at::empty({batch, nheads, p.seqlen_q_rounded}, f32);
     p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk_full.data_ptr(), p.dv_ptr = dv_full.data_ptr();
     p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
+    p.lse_log2_ptr = lse_log2.data_ptr<float>();
     p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1), p.do_head_stride = dout.stride(2);
     p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
     p.dk_batch_stride = dk_full.stride(0), p.dk_row_stride = dk_full.stride(1), p.dk_head_stride = dk_full.stride(2);
@@ -216,13 +225,14 @@ std::vector<std::string> compiled_dtypes() {
 }  // namespace
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
-  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> (Tensor out, Tensor lse)");
+  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False) "
+        "-> (Tensor out, Tensor lse)");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
-  m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal) "
-        "-> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
+        "bool deterministic=False) -> (Tensor dq, Tensor dk, Tensor dv)");
 #endif
 }
 

@@ -1,4 +1,6 @@
-// Dispatch of the backward (EXPERIMENTAL): compiled only with FLASH_ATTN_CUDA_BACKWARD=1.
+// Dispatch of the backward: compiled only with FLASH_ATTN_CUDA_BACKWARD=1.
+#include <algorithm>
+
 #include <cutlass/numeric_types.h>
 
 #include "bwd_launch.h"
@@ -21,7 +23,10 @@ static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
 }
 
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
-  if (!params_supported(params)) { return cudaErrorInvalidValue; }
+  if (!params_supported(params) || params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
+      params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q)) {
+    return cudaErrorInvalidValue;
+  }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \
@@ -43,6 +48,27 @@ int bwd_shared_memory_bytes(int headdim_rounded) {
     default:
       return -1;
   }
+}
+
+int bwd_dq_accum_splits(const BwdParams& params, int num_sms) {
+  if (!params.deterministic) { return 1; }
+  int block_n = 0;
+  switch (params.headdim_rounded) {
+#define FLASH_CASE(D)        \
+  case D:                    \
+    block_n = bwd_block_n<D>(); \
+    break;
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return 1;
+  }
+  // One wave of thread blocks (one per SM at these tile sizes), but never more slices than
+  // K/V blocks: each extra slice costs batch * nheads * seqlen_q * headdim_rounded floats.
+  const int n_blocks = (params.seqlen_k + block_n - 1) / block_n;
+  const long long heads = static_cast<long long>(params.batch) * params.nheads;
+  const int per_head = static_cast<int>((num_sms + heads - 1) / heads);
+  return std::max(1, std::min(n_blocks, per_head));
 }
 
 }  // namespace flash

@@ -1,12 +1,13 @@
-// FlashAttention-2 backward kernels (EXPERIMENTAL: built only with FLASH_ATTN_CUDA_BACKWARD=1
-// until the GPU tests pass; see benchmarks/NOTES.md).
+// FlashAttention-2 backward kernels.
 //
 //   bwd_prepass_kernel   D = rowsum(dO * O), float32 (batch, nheads, seqlen_q)
 //   bwd_kernel           one thread block per (K/V block, head, batch): K_j, V_j stay in shared
 //                        memory, dK_j, dV_j in registers; loop over Q blocks recomputing
-//                        P = exp(S * scale - LSE) from the forward's LSE (no N x N buffer);
-//                        dQ accumulated in float32 with atomics
-//   bwd_convert_dq_kernel  dQ = scale * dq_accum in the input dtype
+//                        P = exp(S * scale - LSE) from the forward's LSE (no N x N buffer),
+//                        Q/dO of the next block loading (cp.async) under this block's MMAs;
+//                        dQ accumulated in float32 with atomics (deterministic mode: one
+//                        slice per thread block, see bwd_kernel)
+//   bwd_convert_dq_kernel  dQ = scale * sum of the dq_accum slices, in the input dtype
 // The algebra is flash_attn_cuda.reference.attention_blockwise_backward.
 #pragma once
 
@@ -22,13 +23,23 @@ namespace flash {
 
 using namespace cute;
 
-// One warp per row; each lane reads 8 contiguous elements (16 B) per step.
+// delta = rowsum(dO * O) and lse_log2 = LSE * log2(e) for every row up to seqlen_q_rounded:
+// padding rows get delta 0 and lse_log2 +inf, as do rows that see no key (LSE = -inf), so the
+// main kernel's P is exactly 0 there without a bounds check. One warp per row; each lane reads
+// 8 contiguous elements (16 B) per step.
 template <typename Element>
 __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
   constexpr int kRowsPerBlock = 8;  // 256 threads
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + warp, head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.seqlen_q) return;
+  const int64_t out_row = (int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded + row;
+  if (row >= p.seqlen_q) {
+    if (lane == 0) {
+      p.delta_ptr[out_row] = 0.f;
+      p.lse_log2_ptr[out_row] = INFINITY;
+    }
+    return;
+  }
   const Element* o = static_cast<const Element*>(p.o_ptr) + batch * p.o_batch_stride + row * p.o_row_stride +
                      head * p.o_head_stride;
   const Element* dout = static_cast<const Element*>(p.do_ptr) + batch * p.do_batch_stride +
@@ -44,24 +55,39 @@ __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
   }
   CUTE_UNROLL
   for (int offset = 16; offset > 0; offset /= 2) { sum += __shfl_xor_sync(0xffffffff, sum, offset); }
-  if (lane == 0) { p.delta_ptr[(int64_t(batch) * p.nheads + head) * p.seqlen_q + row] = sum; }
+  if (lane == 0) {
+    const float lse = p.lse_ptr[(int64_t(batch) * p.nheads + head) * p.seqlen_q + row];
+    p.delta_ptr[out_row] = sum;
+    p.lse_log2_ptr[out_row] = lse == -INFINITY ? INFINITY : lse * float(M_LOG2E);
+  }
 }
 
-// dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], one warp per row.
+// dq[b, i, h, :] = softmax_scale * sum_s dq_accum[s, b, h, i, :], one warp per row; the
+// num_dq_splits slices are summed in index order (deterministic mode has several).
 template <typename Element>
 __global__ void bwd_convert_dq_kernel(__grid_constant__ const BwdParams p) {
   constexpr int kRowsPerBlock = 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + warp, head = blockIdx.y, batch = blockIdx.z;
   if (row >= p.seqlen_q) return;
-  const float* acc = p.dq_accum_ptr + ((int64_t(batch) * p.nheads + head) * p.seqlen_q + row) * p.headdim_rounded;
+  const int64_t split_stride = int64_t(p.batch) * p.nheads * p.seqlen_q_rounded * p.headdim_rounded;
+  const float* acc =
+      p.dq_accum_ptr + ((int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded + row) * p.headdim_rounded;
   Element* dq = static_cast<Element*>(p.dq_ptr) + batch * p.dq_batch_stride + row * p.dq_row_stride +
                 head * p.dq_head_stride;
-  for (int c = lane; c < p.headdim; c += 32) { dq[c] = Element(acc[c] * p.softmax_scale); }
+  for (int c = lane; c < p.headdim; c += 32) {
+    float sum = acc[c];
+    for (int s = 1; s < p.num_dq_splits; ++s) { sum += acc[s * split_stride + c]; }
+    dq[c] = Element(sum * p.softmax_scale);
+  }
 }
 
+// The work of one thread block for K/V block n_block of (head, batch): dK, dV of its keys, and
+// its share of dQ added into dq_accum (this thread block's slice, (batch, nheads,
+// seqlen_q_rounded, headdim_rounded) fp32).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
+CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_accum, int n_block, int head,
+                              int batch) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -70,7 +96,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>>;
   const int tid = threadIdx.x;
-  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int head_k = head / (params.nheads / params.nheads_k);
   const int valid_kv_rows = min(kBlockN, params.seqlen_k - n_block * kBlockN);
   const VisibleKeys vk(params.seqlen_q, params.seqlen_k, params.window_left, params.window_right);
@@ -100,12 +125,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
                     params.dk_row_stride);                                                     // (seqlen_k, d)
   Tensor mdV = rows(params.dv_ptr, batch * params.dv_batch_stride + head * params.dv_head_stride, params.seqlen_k,
                     params.dv_row_stride);                                                     // (seqlen_k, d)
+  // Padded to seqlen_q_rounded rows (a multiple of kBlockM): read and added without checks.
   const int64_t bh = int64_t(batch) * params.nheads + head;
-  Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + bh * params.seqlen_q), make_shape(params.seqlen_q));
-  Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + bh * params.seqlen_q), make_shape(params.seqlen_q));
-  Tensor mdQacc = make_tensor(make_gmem_ptr(params.dq_accum_ptr + bh * params.seqlen_q * params.headdim_rounded),
-                              make_shape(params.seqlen_q, Int<kHeadDim>{}),
-                              make_stride(int64_t(params.headdim_rounded), _1{}));             // (seqlen_q, d) fp32
+  const int rows_padded = params.seqlen_q_rounded;
+  Tensor mLseLog2 = make_tensor(make_gmem_ptr(params.lse_log2_ptr + bh * rows_padded), make_shape(rows_padded));
+  Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + bh * rows_padded), make_shape(rows_padded));
+  Tensor mdQacc = make_tensor(make_gmem_ptr(dq_accum + bh * rows_padded * kHeadDim),
+                              make_shape(rows_padded, Int<kHeadDim>{}), make_stride(Int<kHeadDim>{}, _1{}));  // fp32
 
   Tensor gQ = local_tile(mQ, TileQ{}, make_coord(_, 0));                                     // (kBlockM, d, m)
   Tensor gdO = local_tile(mdO, TileQ{}, make_coord(_, 0));                                   // (kBlockM, d, m)
@@ -128,44 +154,58 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
   }
 
   // ---------------------------------------------------------------- SHARED TILES
-  extern __shared__ __align__(128) char smem[];
-  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});  // (kBlockM, d)
-  Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQ{});                           // (kBlockM, d)
-  Tensor sK = make_tensor(sdO.data() + size(sdO), typename Traits::SmemLayoutKV{});                         // (kBlockN, d)
-  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});                           // (kBlockN, d)
-  Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutP{});                            // (kBlockM, kBlockN)
-  Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutP{});                           // (kBlockM, kBlockN)
-  Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                                     // (d, kBlockM)
-  Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                                   // (d, kBlockM)
-  Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                                     // (d, kBlockN)
-  Tensor sPt = make_tensor(sP.data(), typename Traits::SmemLayoutPt{});                                     // (kBlockN, kBlockM)
-  Tensor sdSt = make_tensor(sdS.data(), typename Traits::SmemLayoutPt{});                                   // (kBlockN, kBlockM)
+  // Q and dO have two stages each: Q/dO of the next Q block stream in while this one computes.
+  Element* const smem_q = reinterpret_cast<Element*>(smem);                    // 2 x (kBlockM, d)
+  Element* const smem_do = smem_q + 2 * Traits::kSmemQElems;                   // 2 x (kBlockM, d)
+  Tensor sK = make_tensor(make_smem_ptr(smem_do + 2 * Traits::kSmemQElems), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});                             // (kBlockN, d)
+  Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutP{});                              // (kBlockM, kBlockN)
+  Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutP{});                             // (kBlockM, kBlockN)
+  Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                                       // (d, kBlockN)
+  Tensor sPt = make_tensor(sP.data(), typename Traits::SmemLayoutPt{});                                       // (kBlockN, kBlockM)
+  Tensor sdSt = make_tensor(sdS.data(), typename Traits::SmemLayoutPt{});                                     // (kBlockN, kBlockM)
+  auto stage_q = [&](int stage) {  // (kBlockM, d)
+    return make_tensor(make_smem_ptr(smem_q + stage * Traits::kSmemQElems), typename Traits::SmemLayoutQ{});
+  };
+  auto stage_do = [&](int stage) {  // (kBlockM, d)
+    return make_tensor(make_smem_ptr(smem_do + stage * Traits::kSmemQElems), typename Traits::SmemLayoutQ{});
+  };
+  auto stage_qt = [&](int stage) {  // (d, kBlockM)
+    return make_tensor(make_smem_ptr(smem_q + stage * Traits::kSmemQElems), typename Traits::SmemLayoutQt{});
+  };
+  auto stage_dot = [&](int stage) {  // (d, kBlockM)
+    return make_tensor(make_smem_ptr(smem_do + stage * Traits::kSmemQElems), typename Traits::SmemLayoutQt{});
+  };
 
   // ---------------------------------------------------------------- GLOBAL -> SHARED
   typename Traits::GmemTiledCopyQKV gmem_copy;
   auto gmem_thr = gmem_copy.get_thread_slice(tid);
   Tensor tQgQ = gmem_thr.partition_S(gQ);                                       // (CPY, CPY_M, CPY_K, m)
-  Tensor tQsQ = gmem_thr.partition_D(sQ);                                       // (CPY, CPY_M, CPY_K)
   Tensor tdOgdO = gmem_thr.partition_S(gdO);                                    // (CPY, CPY_M, CPY_K, m)
-  Tensor tdOsdO = gmem_thr.partition_D(sdO);                                    // (CPY, CPY_M, CPY_K)
   Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(TileQ{}));            // (CPY, CPY_M, CPY_K) -> (row, col)
   Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(TileKV{}));         // (CPY, CPY_N, CPY_K) -> (row, col)
+  auto load_q_do = [&](int m_block) {  // Q and dO of m_block into stage m_block % 2
+    const int valid_q_rows = params.seqlen_q - m_block * kBlockM;
+    load_tile(gmem_copy, tQgQ(_, _, _, m_block), gmem_thr.partition_D(stage_q(m_block % 2)), tQcQ, valid_q_rows,
+              params.headdim);
+    load_tile(gmem_copy, tdOgdO(_, _, _, m_block), gmem_thr.partition_D(stage_do(m_block % 2)), tQcQ,
+              valid_q_rows, params.headdim);
+  };
   load_tile(gmem_copy, gmem_thr.partition_S(gK), gmem_thr.partition_D(sK), tKVcKV, valid_kv_rows, params.headdim);
   load_tile(gmem_copy, gmem_thr.partition_S(gV), gmem_thr.partition_D(sV), tKVcKV, valid_kv_rows, params.headdim);
+  load_q_do(m_min);
   cp_async_fence();
 
   // ---------------------------------------------------------------- MMA PARTITIONS
   // S = Q K^T and dP = dO V^T: (kBlockM, kBlockN)
   typename Traits::TiledMmaSdP mma_sdp;
   auto thr_sdp = mma_sdp.get_thread_slice(tid);
-  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);                               // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_sdp.partition_fragment_A(stage_q(0));                       // (MMA, MMA_M, MMA_K)
   Tensor tSrK = thr_sdp.partition_fragment_B(sK);                               // (MMA, MMA_N, MMA_K)
-  Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);                            // (MMA, MMA_M, MMA_K)
+  Tensor tdPrdO = thr_sdp.partition_fragment_A(stage_do(0));                    // (MMA, MMA_M, MMA_K)
   Tensor tdPrV = thr_sdp.partition_fragment_B(sV);                              // (MMA, MMA_N, MMA_K)
   auto copy_a_sdp = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_sdp);
   auto copy_b_sdp = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma_sdp);
-  Tensor tSsQ = copy_a_sdp.get_thread_slice(tid).partition_S(sQ);               // (CPY, MMA_M, MMA_K)
-  Tensor tdPsdO = copy_a_sdp.get_thread_slice(tid).partition_S(sdO);            // (CPY, MMA_M, MMA_K)
   Tensor tSsK = copy_b_sdp.get_thread_slice(tid).partition_S(sK);               // (CPY, MMA_N, MMA_K)
   Tensor tdPsV = copy_b_sdp.get_thread_slice(tid).partition_S(sV);              // (CPY, MMA_N, MMA_K)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));             // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -179,15 +219,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
   typename Traits::TiledMmadKV mma_dkv;
   auto thr_dkv = mma_dkv.get_thread_slice(tid);
   Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);                            // (MMA, MMA_N, MMA_M)
-  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);                          // (MMA, d/.., MMA_M)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(stage_dot(0));                  // (MMA, d/.., MMA_M)
   Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);                          // (MMA, MMA_N, MMA_M)
-  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);                            // (MMA, d/.., MMA_M)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(stage_qt(0));                    // (MMA, d/.., MMA_M)
   auto copy_a_dkv = make_tiled_copy_A(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
   auto copy_b_dkv = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
   Tensor tdVsPt = copy_a_dkv.get_thread_slice(tid).partition_S(sPt);
   Tensor tdKsdSt = copy_a_dkv.get_thread_slice(tid).partition_S(sdSt);
-  Tensor tdVsdOt = copy_b_dkv.get_thread_slice(tid).partition_S(sdOt);
-  Tensor tdKsQt = copy_b_dkv.get_thread_slice(tid).partition_S(sQt);
   Tensor acc_dk = partition_fragment_C(mma_dkv, TileKV{});                      // (MMA, MMA_N, d/..) fp32
   Tensor acc_dv = partition_fragment_C(mma_dkv, TileKV{});                      // (MMA, MMA_N, d/..) fp32
   clear(acc_dk);
@@ -202,38 +240,35 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
   auto copy_b_dq = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
   Tensor tdQsdS = copy_a_dq.get_thread_slice(tid).partition_S(sdS);
   Tensor tdQsKt = copy_b_dq.get_thread_slice(tid).partition_S(sKt);
-  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(TileQ{}));            // (MMA, MMA_M, d/..) -> (row, col)
 
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
-  const float lse_to_log2 = float(M_LOG2E);
 
   // ---------------------------------------------------------------- MAIN LOOP over Q blocks
   CUTE_NO_UNROLL
   for (int m_block = m_min; m_block < m_max; ++m_block) {
-    const int valid_q_rows = params.seqlen_q - m_block * kBlockM;
-    load_tile(gmem_copy, tQgQ(_, _, _, m_block), tQsQ, tQcQ, valid_q_rows, params.headdim);
-    load_tile(gmem_copy, tdOgdO(_, _, _, m_block), tdOsdO, tQcQ, valid_q_rows, params.headdim);
+    const int stage = m_block % 2;
+    // The other stage was last read by the previous block (the __syncthreads at the loop's end).
+    if (m_block + 1 < m_max) { load_q_do(m_block + 1); }
     cp_async_fence();
 
-    // LSE (log2 domain) and D of this thread's rows. Rows past seqlen_q and rows that see no
-    // key (LSE = -inf) get +inf, so their P is exactly 0.
+    // LSE (log2 domain) and D of this thread's rows (padded: +inf and 0 past seqlen_q).
     float lse_log2[kRows], delta[kRows];
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const int row = m_block * kBlockM + get<0>(tScS_rc(r, 0));
-      const float lse = row < params.seqlen_q ? mLse(row) : INFINITY;
-      lse_log2[r] = lse == -INFINITY ? INFINITY : lse * lse_to_log2;
-      delta[r] = row < params.seqlen_q ? mDelta(row) : 0.f;
+      lse_log2[r] = mLseLog2(row);
+      delta[r] = mDelta(row);
     }
 
-    cp_async_wait<0>();
-    __syncthreads();
+    cp_async_wait<1>();  // this block's Q/dO (and K/V) landed ...
+    __syncthreads();     // ... for every thread
 
     // S = Q K^T, masked, P = exp2(S * scale_log2 - LSE * log2 e)
     Tensor acc_s = partition_fragment_C(mma_sdp, TileS{});                      // (MMA, MMA_M, MMA_N) fp32
     Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));   // (rows, cols)
     clear(acc_s);
-    gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, mma_sdp, copy_a_sdp, copy_b_sdp);
+    gemm_ss(acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(stage_q(stage)), tSsK, mma_sdp,
+            copy_a_sdp, copy_b_sdp);
     if (KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n_block)) {
       apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN);
     }
@@ -249,7 +284,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
     Tensor acc_dp = partition_fragment_C(mma_sdp, TileS{});                     // (MMA, MMA_M, MMA_N) fp32
     Tensor acc_dp_rc = make_tensor(acc_dp.data(), rowcol_view(acc_dp.layout()));
     clear(acc_dp);
-    gemm_ss(acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, mma_sdp, copy_a_sdp, copy_b_sdp);
+    gemm_ss(acc_dp, tdPrdO, tdPrV, copy_a_sdp.get_thread_slice(tid).partition_S(stage_do(stage)), tdPsV, mma_sdp,
+            copy_a_sdp, copy_b_sdp);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
@@ -265,20 +301,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
     copy(store_sdp, store_sdp_thr.retile_S(rdS), tdSsdS);
     __syncthreads();
 
-    gemm_ss(acc_dv, tdVrPt, tdVrdOt, tdVsPt, tdVsdOt, mma_dkv, copy_a_dkv, copy_b_dkv);   // dV += P^T dO
-    gemm_ss(acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, mma_dkv, copy_a_dkv, copy_b_dkv);   // dK += dS^T Q
+    gemm_ss(acc_dv, tdVrPt, tdVrdOt, tdVsPt, copy_b_dkv.get_thread_slice(tid).partition_S(stage_dot(stage)), mma_dkv,
+            copy_a_dkv, copy_b_dkv);                                                        // dV += P^T dO
+    gemm_ss(acc_dk, tdKrdSt, tdKrQt, tdKsdSt, copy_b_dkv.get_thread_slice(tid).partition_S(stage_qt(stage)), mma_dkv,
+            copy_a_dkv, copy_b_dkv);                                                        // dK += dS^T Q
 
     Tensor acc_dq = partition_fragment_C(mma_dq, TileQ{});                      // (MMA, MMA_M, d/..) fp32
     clear(acc_dq);
     gemm_ss(acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, mma_dq, copy_a_dq, copy_b_dq);       // dQ_j = dS K
-    Tensor gdQ = gdQacc(_, _, m_block);                                         // (kBlockM, d)
+    // Padding rows and columns of dq_accum take their (zero or unused) sums unchecked.
+    Tensor tdQgdQ = thr_dq.partition_C(gdQacc(_, _, m_block));                  // (MMA, MMA_M, d/..) fp32
     CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); ++i) {
-      const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
-      if (row < valid_q_rows && col < params.headdim) { atomicAdd(&gdQ(row, col), acc_dq(i)); }
-    }
-    __syncthreads();  // the next Q block overwrites sQ, sdO, sP, sdS
+    for (int i = 0; i < size(acc_dq); ++i) { atomicAdd(&tdQgdQ(i), acc_dq(i)); }
+    __syncthreads();  // the next Q block overwrites sP, sdS, and the block after it this stage
   }
+  cp_async_wait<0>();  // the last fence's group is empty, but keep the count balanced
 
   // ---------------------------------------------------------------- EPILOGUE
   CUTE_UNROLL
@@ -296,6 +333,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_consta
   copy(gmem_copy_out, gmem_thr_out.partition_S(sV), tdVrdV);
   store_tile(gmem_copy_out, tdKrdK, gmem_thr_out.partition_D(gdK), tKVcKV_out, valid_kv_rows, params.headdim);
   store_tile(gmem_copy_out, tdVrdV, gmem_thr_out.partition_D(gdV), tKVcKV_out, valid_kv_rows, params.headdim);
+}
+
+// Grid (gridDim.x, nheads, batch). Default: gridDim.x = number of K/V blocks, one each, all
+// adding into one dq_accum slice. Deterministic: gridDim.x = num_dq_splits; thread block s
+// handles K/V blocks s, s + num_dq_splits, ... in that order and owns dq_accum slice s, so each
+// dq_accum address receives its adds from one thread in a fixed order.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
+  extern __shared__ __align__(128) char smem[];
+  const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int64_t split_stride = int64_t(params.batch) * params.nheads * params.seqlen_q_rounded * params.headdim_rounded;
+  float* dq_accum = params.dq_accum_ptr + (params.deterministic ? blockIdx.x * split_stride : 0);
+  for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x) {
+    bwd_kv_block<Traits>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
+    __syncthreads();  // shared memory is reused by the next K/V block
+  }
 }
 
 }  // namespace flash

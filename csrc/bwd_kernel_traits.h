@@ -1,5 +1,4 @@
-// Static tiling of the backward kernels (EXPERIMENTAL: built only with
-// FLASH_ATTN_CUDA_BACKWARD=1 until the GPU tests pass; see benchmarks/NOTES.md).
+// Static tiling of the backward kernels.
 //
 // Three MMA shapes share one thread block: S/dP = (kBlockM x kBlockN) over the Q block and
 // this K/V block; dK/dV = (kBlockN x d); dQ = (kBlockM x d). Each gets its own warp layout.
@@ -55,8 +54,8 @@ struct BwdTraits {
   static constexpr int kSmemQElems = int(decltype(size(SmemLayoutQ{}))::value);
   static constexpr int kSmemKVElems = int(decltype(size(SmemLayoutKV{}))::value);
   static constexpr int kSmemPElems = int(decltype(size(SmemLayoutP{}))::value);
-  // Q, dO, K, V, P, dS
-  static constexpr int kSmemBytes = (2 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPElems) * int(sizeof(Element));
+  // Q and dO (two stages each), K, V, P, dS
+  static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPElems) * int(sizeof(Element));
 
   using SmemCopyAtom = typename Fwd::SmemCopyAtom;                      // ldmatrix
   using SmemCopyAtomTransposed = typename Fwd::SmemCopyAtomTransposed;  // ldmatrix.trans

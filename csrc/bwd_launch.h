@@ -1,5 +1,5 @@
-// Launch template of the backward (EXPERIMENTAL, see bwd_kernel.h): pre-pass, main kernel,
-// dQ conversion, in stream order.
+// Launch template of the backward (see bwd_kernel.h): pre-pass, main kernel, dQ conversion,
+// in stream order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,18 +11,27 @@
 namespace flash {
 
 // Per-head-dim tiles (kBlockM, kBlockN, warps, warp rows of the S/dP, dK/dV, dQ MMAs).
-// FA2's sm80 shapes adapted so every MMA tile divides its operand; NOT yet measured.
+// FA2's sm80 shapes adapted so every MMA tile divides its operand. Measured alternatives and
+// their H200 numbers: benchmarks/NOTES.md ("Backward tiles").
+// FLASH_BWD_TUNE_* (benchmarks/cpp/tune_bwd.sh) replaces the table with one config.
+#ifdef FLASH_BWD_TUNE_BM
+template <int kHeadDim, typename Element>
+using BwdTraitsFor = BwdTraits<kHeadDim, FLASH_BWD_TUNE_BM, FLASH_BWD_TUNE_BN, FLASH_BWD_TUNE_WARPS,
+                               FLASH_BWD_TUNE_SDP, FLASH_BWD_TUNE_DKV, FLASH_BWD_TUNE_DQ, Element>;
+#else
 template <int kHeadDim, typename Element>
 using BwdTraitsFor = std::conditional_t<
     (kHeadDim <= 64), BwdTraits<kHeadDim, 128, 128, 8, 2, 4, 4, Element>,
     std::conditional_t<(kHeadDim <= 128), BwdTraits<kHeadDim, 64, 128, 8, 2, 4, 4, Element>,
                        BwdTraits<kHeadDim, 64, 64, 8, 4, 4, 4, Element>>>;
+#endif
 
 template <typename Traits>
 cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
   const dim3 row_grid((params.seqlen_q + 7) / 8, params.nheads, params.batch);  // 8 rows (warps) per block
-  bwd_prepass_kernel<Element><<<row_grid, 256, 0, stream>>>(params);
+  const dim3 padded_row_grid(params.seqlen_q_rounded / 8, params.nheads, params.batch);
+  bwd_prepass_kernel<Element><<<padded_row_grid, 256, 0, stream>>>(params);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
@@ -32,7 +41,8 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess) { return err; }
   }
-  const dim3 grid((params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, params.nheads, params.batch);
+  const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const dim3 grid(params.deterministic ? params.num_dq_splits : n_blocks, params.nheads, params.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
   err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
@@ -44,6 +54,11 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
 template <typename Element, int kHeadDim>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   return launch_bwd<BwdTraitsFor<kHeadDim, Element>>(params, stream);
+}
+
+template <int kHeadDim>
+constexpr int bwd_block_n() {
+  return BwdTraitsFor<kHeadDim, cutlass::half_t>::kBlockN;
 }
 
 template <int kHeadDim>

@@ -30,10 +30,18 @@ int round_head_dim(int headdim);
 // compiled). Compare with cudaDevAttrMaxSharedMemoryPerBlockOptin: sm86/sm89 allow 99 KB.
 int fwd_shared_memory_bytes(int headdim_rounded);
 
-// Backward (EXPERIMENTAL, only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main
-// kernel, dQ conversion on `stream`. params.dq_accum_ptr must be zeroed by the caller.
+// Backward (only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main kernel, dQ
+// conversion on `stream`. The caller allocates the scratch buffers params.h describes, with
+// params.seqlen_q_rounded = bwd_rows_rounded(seqlen_q), and zeroes dq_accum.
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
+constexpr int kBwdRowAlign = 128;  // a multiple of every backward kBlockM
+constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
 int bwd_shared_memory_bytes(int headdim_rounded);
+
+// How many dq_accum slices a backward call needs: 1 unless params.deterministic, else enough
+// thread blocks to fill num_sms SMs (at most one per K/V block). Set params.num_dq_splits to it
+// and allocate num_dq_splits * batch * nheads * seqlen_q_rounded * headdim_rounded floats.
+int bwd_dq_accum_splits(const BwdParams& params, int num_sms);
 
 // Largest seqlen the int32 index arithmetic of the kernels admits.
 constexpr int kMaxSeqlen = (1 << 30);

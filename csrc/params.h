@@ -60,10 +60,15 @@ struct FwdParams {
 };
 
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the
-// gradients. dq_accum is float32 (batch, nheads, seqlen_q, headdim_rounded), zeroed by the
-// caller; delta is float32 (batch, nheads, seqlen_q) written by the pre-pass. With GQA the
-// kernel writes dk/dv per *query* head (batch, seqlen_k, nheads, headdim); the caller sums
-// each group.
+// gradients, and float32 scratch the caller allocates, with rows padded to seqlen_q_rounded =
+// bwd_rows_rounded(seqlen_q) so the kernels index them without bounds checks:
+//   dq_accum: (num_dq_splits, batch, nheads, seqlen_q_rounded, headdim_rounded), zeroed by the
+//             caller (num_dq_splits from bwd_dq_accum_splits())
+//   delta:    (batch, nheads, seqlen_q_rounded) = rowsum(dO * O), written by the pre-pass
+//   lse_log2: (batch, nheads, seqlen_q_rounded) = LSE * log2(e), written by the pre-pass; +inf on
+//             padding rows and rows that see no key, so their P is exactly 0
+// With GQA the kernel writes dk/dv per *query* head (batch, seqlen_k, nheads, headdim); the
+// caller sums each group.
 struct BwdParams : FwdParams {
   const void* __restrict__ do_ptr = nullptr;
   void* __restrict__ dq_ptr = nullptr;
@@ -71,11 +76,20 @@ struct BwdParams : FwdParams {
   void* __restrict__ dv_ptr = nullptr;
   float* __restrict__ dq_accum_ptr = nullptr;
   float* __restrict__ delta_ptr = nullptr;
+  float* __restrict__ lse_log2_ptr = nullptr;
+  int seqlen_q_rounded = 0;
 
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+
+  // dQ accumulation. deterministic = false: every K/V block adds into one slice with float32
+  // atomics (run-to-run order varies). deterministic = true: num_dq_splits thread blocks per
+  // (head, batch) each walk a fixed list of K/V blocks and own one slice, so every address sees
+  // its adds in program order; the slices are then summed in index order.
+  bool deterministic = false;
+  int num_dq_splits = 1;
 };
 
 }  // namespace flash

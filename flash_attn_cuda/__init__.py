@@ -24,6 +24,7 @@ def attention(
     *,
     causal: bool = False,
     softmax_scale: Optional[float] = None,
+    deterministic: bool = False,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Exact softmax attention, computed by the FlashAttention-2 kernels of this package.
@@ -37,6 +38,9 @@ def attention(
             (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
             no key get output 0 and LSE -inf.
         softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
+        deterministic: make the backward bit-reproducible (dq is otherwise summed with float32
+            atomics in a run-dependent order). Costs extra float32 dq buffers (one per thread
+            block of a (batch, head): about num_SMs / (batch * nheads) of them) and some speed.
         return_lse: also return the log-sum-exp of each row's scaled scores.
 
     headdim must be a multiple of 8 and <= 256; only the last dimension of each input must be
@@ -52,5 +56,5 @@ def attention(
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
     softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
-    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal))
+    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic))
     return (out, lse) if return_lse else out

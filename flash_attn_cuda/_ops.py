@@ -32,7 +32,7 @@ def compiled_dtypes() -> tuple[torch.dtype, ...]:
 
 
 @torch.library.register_fake("flash_attn_cuda::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal):
+def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False):
     # out: (batch, seqlen_q, nheads, headdim) contiguous like the kernel's; lse: (batch, nheads, seqlen_q) fp32
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -40,35 +40,36 @@ def _fwd_fake(q, k, v, softmax_scale, causal):
     return out, lse
 
 
-# The backward kernels are EXPERIMENTAL and compiled only with FLASH_ATTN_CUDA_BACKWARD=1.
+# Builds with FLASH_ATTN_CUDA_BACKWARD=0 (forward only, faster to compile) have no backward op.
 HAS_BACKWARD: bool = bool(_ops.has_backward())
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal = inputs
+    q, k, v, softmax_scale, causal = inputs[:5]
+    deterministic = inputs[5] if len(inputs) > 5 else False
     out, lse = output
     ctx.mark_non_differentiable(lse)  # gradients flow through out only
     if HAS_BACKWARD:
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.softmax_scale, ctx.causal = softmax_scale, causal
+        ctx.softmax_scale, ctx.causal, ctx.deterministic = softmax_scale, causal, deterministic
 
 
 def _fwd_backward(ctx, grad_out, grad_lse):
     if not HAS_BACKWARD:
         raise NotImplementedError(
-            "flash_attn_cuda: this build has no backward pass (the backward kernels are experimental: "
-            "build with FLASH_ATTN_CUDA_BACKWARD=1 to try them); use "
-            "torch.nn.functional.scaled_dot_product_attention for training for now")
+            "flash_attn_cuda: this build has no backward pass (it was built with FLASH_ATTN_CUDA_BACKWARD=0); "
+            "rebuild without that flag to train with it")
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _ops.bwd(grad_out.contiguous(), q, k, v, out, lse, ctx.softmax_scale, ctx.causal)
-    return dq, dk, dv, None, None
+    dq, dk, dv = _ops.bwd(grad_out.contiguous(), q, k, v, out, lse, ctx.softmax_scale, ctx.causal,
+                          ctx.deterministic)
+    return dq, dk, dv, None, None, None
 
 
 torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_context=_fwd_setup_context)
 
 if HAS_BACKWARD:
     @torch.library.register_fake("flash_attn_cuda::bwd")
-    def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal):
+    def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic=False):
         # dq like q, dk/dv like k/v (contiguous)
         return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
                 torch.empty(k.shape, dtype=k.dtype, device=k.device),

@@ -1,31 +1,84 @@
 """Pure-PyTorch references (any device, any float dtype).
 
-attention_ref        naive softmax(q k^T * scale) v with the package's masking semantics; the
-                     ground truth the kernels are tested against.
-attention_blockwise  the FA2 forward algorithm step by step (Q blocks outer, K/V blocks inner,
-                     running max and sum, exp2 with the scale folded in, deferred normalisation,
-                     skipped fully-masked blocks, LSE = m + log l): a readable model of
-                     csrc/fwd_kernel.h, checked against attention_ref on the CPU.
+attention_ref         naive softmax(scores) v with the package's masking semantics; the ground
+                      truth the kernels are tested against (differentiable: autograd gives the
+                      reference gradients).
+attention_varlen_ref  attention_ref per sequence of packed (total_tokens, nheads, d) tensors
+                      delimited by int32 cumulative lengths (flash-attn's varlen layout).
+attention_blockwise   the FA2 forward algorithm step by step (Q blocks outer, K/V blocks inner,
+                      running max and sum, exp2 with the scale folded in, deferred normalisation,
+                      skipped blocks, LSE = m + log l): a readable model of csrc/fwd_kernel.h,
+                      checked against attention_ref on the CPU.
+attention_blockwise_backward   the FA2 backward, tile by tile (model of csrc/bwd_kernel.h).
+kv_block_range / q_block_range / block_needs_mask   the block-skipping arithmetic the kernels
+                      share (csrc/mask.h), as pure functions.
+
+Scores. With s = scale * q k^T (scale = softmax_scale, default 1/sqrt(d)), the score of query
+i and key j is, in this order (flash-attn's order):
+    s -> softcap * tanh(s / softcap)                        if softcap > 0
+      -> + (-slope[b, h] * |i + seqlen_k - seqlen_q - j|)    if alibi_slopes is given
+      -> -inf where key j is invisible to query i
+and the output is softmax(scores) v; lse = logsumexp(scores) per row. Rows that see no key
+give output 0 and lse -inf (and zero gradients).
+
+Visibility (csrc/params.h). Key j is visible to query i (bottom-right aligned, flash-attn
+>= 2.1) iff  i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right  for
+window_size = (left, right), a negative side meaning unbounded. causal=True forces right = 0
+and keeps left (flash-attn sets window right to 0 when causal): causal alone is (-1, 0).
 
 Shapes: q (batch, seqlen_q, nheads, d), k/v (batch, seqlen_k, nheads_k, d) -> out like q,
-lse (batch, nheads, seqlen_q) float32 (float64 when computing in float64).
+lse (batch, nheads, seqlen_q) float32 (float64 when computing in float64). alibi_slopes:
+(nheads,) or (batch, nheads); query head h uses slope h (GQA/MQA too).
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
+Window = Tuple[int, int]
 
-def visible_mask(seqlen_q: int, seqlen_k: int, causal: bool, device=None) -> torch.Tensor:
-    """(seqlen_q, seqlen_k) bool, True where query i may see key j. Causal is bottom-right
-    aligned as in flash-attn >= 2.1: j <= i + seqlen_k - seqlen_q."""
+
+def effective_window(causal: bool, window_size: Window = (-1, -1)) -> Window:
+    """The (left, right) window the kernels see: causal=True forces right = 0, left unchanged.
+    Negative sides mean unbounded and are passed through as given."""
+    left, right = window_size
+    return (int(left), 0) if causal else (int(left), int(right))
+
+
+def _visible(rows: torch.Tensor, cols: torch.Tensor, shift: int, window: Window) -> torch.Tensor:
+    # rows (m, 1), cols (1, n) absolute indices -> (m, n) bool: the masking rule of csrc/params.h.
+    left, right = window
+    offset = cols - rows - shift                       # key position relative to the query's diagonal
+    mask = torch.ones(offset.shape, dtype=torch.bool, device=offset.device)
+    if right >= 0:
+        mask &= offset <= right
+    if left >= 0:
+        mask &= offset >= -left
+    return mask
+
+
+def visible_mask(seqlen_q: int, seqlen_k: int, causal: bool = False, device=None, *,
+                 window_size: Window = (-1, -1)) -> torch.Tensor:
+    """(seqlen_q, seqlen_k) bool, True where query i may see key j:
+    i + shift - left <= j <= i + shift + right with shift = seqlen_k - seqlen_q (bottom-right
+    aligned as in flash-attn >= 2.1), a negative side unbounded; causal forces right = 0."""
     i = torch.arange(seqlen_q, device=device)[:, None]
     j = torch.arange(seqlen_k, device=device)[None, :]
-    if not causal:
-        return torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
-    return j <= i + (seqlen_k - seqlen_q)
+    return _visible(i, j, seqlen_k - seqlen_q, effective_window(causal, window_size))
+
+
+def alibi_bias(seqlen_q: int, seqlen_k: int, alibi_slopes: torch.Tensor, dtype: Optional[torch.dtype] = None,
+               device=None) -> torch.Tensor:
+    """-slope * |i + seqlen_k - seqlen_q - j|: (nheads, seqlen_q, seqlen_k) for slopes (nheads,),
+    (batch, nheads, seqlen_q, seqlen_k) for slopes (batch, nheads). With causal, flash-attn's
+    slope * (j - i - (seqlen_k - seqlen_q)) is the same number on every visible key."""
+    i = torch.arange(seqlen_q, device=device)[:, None]
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    distance = (i + (seqlen_k - seqlen_q) - j).abs()                          # (sq, sk)
+    slopes = alibi_slopes if dtype is None else alibi_slopes.to(dtype)
+    return -slopes[..., None, None] * distance.to(slopes.dtype)
 
 
 def _expand_kv(k: torch.Tensor, nheads: int) -> torch.Tensor:
@@ -33,18 +86,34 @@ def _expand_kv(k: torch.Tensor, nheads: int) -> torch.Tensor:
     return k.repeat_interleave(nheads // k.shape[2], dim=2)
 
 
+def _slopes_bh(alibi_slopes: Optional[torch.Tensor], batch: int, nheads: int,
+               dtype: torch.dtype) -> Optional[torch.Tensor]:
+    # (nheads,) or (batch, nheads) -> (batch, nheads) in dtype
+    if alibi_slopes is None:
+        return None
+    return alibi_slopes.to(dtype).expand(batch, nheads)
+
+
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                   softmax_scale: Optional[float] = None,
-                  compute_dtype: Optional[torch.dtype] = torch.float32) -> Tuple[torch.Tensor, torch.Tensor]:
+                  compute_dtype: Optional[torch.dtype] = torch.float32, *,
+                  window_size: Window = (-1, -1), softcap: float = 0.0,
+                  alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Naive attention computed in compute_dtype (None: in the inputs' own dtype, which is how
-    "PyTorch's error in the low precision" is measured). Returns (out in compute_dtype, lse)."""
+    "PyTorch's error in the low precision" is measured). Scores, masking and shapes as in the
+    module docstring. Returns (out in compute_dtype, lse)."""
     if compute_dtype is not None:
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     k, v = _expand_kv(k, q.shape[2]), _expand_kv(v, q.shape[2])
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
     scores = torch.einsum("bihd,bjhd->bhij", q, k) * scale                 # (b, h, sq, sk)
-    mask = visible_mask(q.shape[1], k.shape[1], causal, q.device)           # (sq, sk)
-    scores = scores.masked_fill(~mask, float("-inf"))
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    if alibi_slopes is not None:
+        scores = scores + alibi_bias(seqlen_q, seqlen_k, alibi_slopes, scores.dtype, q.device)
+    mask = visible_mask(seqlen_q, seqlen_k, causal, q.device, window_size=window_size)   # (sq, sk)
+    scores = scores.masked_fill(~mask, float("-inf"))   # after every transform: no NaN gradients
     lse = torch.logsumexp(scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores, dim=-1)
     probs = torch.softmax(scores, dim=-1)
     probs = torch.nan_to_num(probs, nan=0.0)                                # rows with no visible key -> 0
@@ -52,40 +121,171 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     return out, lse
 
 
+def attention_varlen_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                         cu_seqlens_k: torch.Tensor, causal: bool = False, softmax_scale: Optional[float] = None,
+                         compute_dtype: Optional[torch.dtype] = torch.float32, *,
+                         window_size: Window = (-1, -1), softcap: float = 0.0,
+                         alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """attention_ref on each sequence of a packed batch, results packed the same way.
+
+    q: (total_q, nheads, d), k/v: (total_k, nheads_k, d); cu_seqlens_q/k: (batch + 1,) int
+    prefix sums (sequence b is rows cu[b]:cu[b+1]; empty sequences allowed). alibi_slopes:
+    (nheads,) or (batch, nheads). Masking and alibi use each sequence's own lengths.
+    Returns out (total_q, nheads, d) in compute_dtype and lse (nheads, total_q) (flash-attn's
+    varlen LSE layout); differentiable in q, k, v through autograd.
+    """
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    outs: List[torch.Tensor] = []
+    lses: List[torch.Tensor] = []
+    for b in range(len(starts_q) - 1):
+        qb = q[starts_q[b]:starts_q[b + 1]].unsqueeze(0)                    # (1, sq_b, h, d)
+        kb = k[starts_k[b]:starts_k[b + 1]].unsqueeze(0)                    # (1, sk_b, hk, d)
+        vb = v[starts_k[b]:starts_k[b + 1]].unsqueeze(0)
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+        out_b, lse_b = attention_ref(qb, kb, vb, causal, softmax_scale, compute_dtype,
+                                     window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+        outs.append(out_b[0])                                               # (sq_b, h, d)
+        lses.append(lse_b[0])                                               # (h, sq_b)
+    if not outs:                                                            # batch == 0
+        dtype = q.dtype if compute_dtype is None else compute_dtype
+        lse_dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        return (q.new_zeros(q.shape, dtype=dtype),
+                q.new_zeros((q.shape[1], q.shape[0]), dtype=lse_dtype))
+    return torch.cat(outs, dim=0), torch.cat(lses, dim=1)
+
+
+# ---------------------------------------------------------------- BLOCK SKIPPING (csrc/mask.h)
+#
+# The visible keys of the rows of a Q block form one interval (each row's interval moves right
+# by one per row), and so do the rows that see the keys of a K/V block: the ranges below are
+# exact, not just conservative (tests/test_features_cpu.py checks every block against the
+# dense mask). Arguments: block index, tile sizes, the sequence lengths and the effective
+# window (effective_window(causal, window_size)); a negative side is unbounded.
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kv_block_range(m_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+                   window_left: int, window_right: int) -> Tuple[int, int]:
+    """K/V blocks [n_min, n_max) that hold a key visible to some row of Q block m_block
+    (0 <= m_block < cdiv(seqlen_q, block_m)); n_max <= n_min: the block sees no key at all.
+    Same arithmetic as csrc/mask.h KvBlockRange."""
+    shift = seqlen_k - seqlen_q
+    first_row = m_block * block_m
+    last_row = min(seqlen_q, first_row + block_m) - 1
+    n_max = _cdiv(seqlen_k, block_n)
+    if window_right >= 0:                     # row i sees keys j <= i + shift + right
+        keys_end = last_row + shift + window_right + 1                    # exclusive
+        n_max = 0 if keys_end <= 0 else min(n_max, _cdiv(keys_end, block_n))
+    n_min = 0
+    if window_left >= 0:                      # row i sees keys j >= i + shift - left
+        first_key = first_row + shift - window_left
+        n_min = 0 if first_key <= 0 else first_key // block_n
+    return n_min, n_max
+
+
+def q_block_range(n_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+                  window_left: int, window_right: int) -> Tuple[int, int]:
+    """Q blocks [m_min, m_max) with a row that sees some key of K/V block n_block
+    (0 <= n_block < cdiv(seqlen_k, block_n)); m_max <= m_min: no row sees it. The backward's
+    K/V-block-outer loop visits exactly these."""
+    shift = seqlen_k - seqlen_q
+    first_key = n_block * block_n
+    last_key = min(seqlen_k, first_key + block_n) - 1
+    m_max = _cdiv(seqlen_q, block_m)
+    if window_left >= 0:                      # key j is seen by rows i <= j - shift + left
+        rows_end = last_key - shift + window_left + 1                     # exclusive
+        m_max = 0 if rows_end <= 0 else min(m_max, _cdiv(rows_end, block_m))
+    m_min = 0
+    if window_right >= 0:                     # key j is seen by rows i >= j - shift - right
+        first_row = first_key - shift - window_right
+        m_min = 0 if first_row <= 0 else first_row // block_m
+    return m_min, m_max
+
+
+def block_needs_mask(m_block: int, n_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+                     window_left: int, window_right: int) -> bool:
+    """False only when every key of the (m_block, n_block) tile is in bounds and visible to every
+    row of it, so the element mask can be skipped. Same test as csrc/mask.h needs_mask (rows
+    past seqlen_q count as rows, which is conservative for the last Q block)."""
+    shift = seqlen_k - seqlen_q
+    first_row, last_row = m_block * block_m, m_block * block_m + block_m - 1
+    first_col, last_col = n_block * block_n, n_block * block_n + block_n - 1
+    return (last_col >= seqlen_k
+            or (window_right >= 0 and last_col > first_row + shift + window_right)
+            or (window_left >= 0 and first_col < last_row + shift - window_left))
+
+
+# ---------------------------------------------------------------- BLOCKWISE FA2 MODELS
+#
+# Units. Like flash-attn, the tiles hold scores in a unit u that keeps the common case free of
+# extra multiplies: without softcap the tile is the raw q k^T and u = scale; with softcap it is
+# tanh(scale * q k^T / softcap) and u = softcap. The alibi bias is added as bias / u (the
+# kernel divides the slope by u once), the running max is taken over the tile, and
+# exp2(tile * u * log2(e) - max * u * log2(e)) is the unnormalised probability; LSE = max * u + log(sum).
+
+def _tile_scores(qi: torch.Tensor, kj: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shift: int,
+                 scale: float, softcap: float,
+                 slopes_u: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One (bm, bn) score tile in units of u, before masking, and tanh of the scaled scores
+    (softcap only; the backward needs it). qi: (b, h, bm, d), kj: (b, h, bn, d),
+    rows (bm, 1) / cols (1, bn) absolute indices, slopes_u: (b, h) slopes / u."""
+    s = qi @ kj.transpose(-1, -2)                                     # raw q k^T (b, h, bm, bn)
+    t = None
+    if softcap > 0:
+        t = torch.tanh(s * (scale / softcap))                         # (b, h, bm, bn)
+        s = t
+    if slopes_u is not None:
+        s = s - slopes_u[..., None, None] * (rows + shift - cols).abs().to(s.dtype)
+    return s, t
+
+
 def attention_blockwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        softmax_scale: Optional[float] = None, block_m: int = 64,
-                        block_n: int = 32) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The FA2 forward, tile by tile, in the inputs' dtype (use float64 to check the algebra)."""
+                        softmax_scale: Optional[float] = None, block_m: int = 64, block_n: int = 32, *,
+                        window_size: Window = (-1, -1), softcap: float = 0.0,
+                        alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The FA2 forward, tile by tile, in the inputs' dtype (use float64 to check the algebra).
+
+    Per Q block: visit only K/V blocks kv_block_range(...) (last first, like the kernel), mask
+    elements only in tiles block_needs_mask(...) says need it; softcap and alibi transform the
+    tile before the running max (see "Units" above). A Q block with no visible key at all is
+    not computed: output 0, lse -inf."""
     batch, seqlen_q, nheads, d = q.shape
     seqlen_k = k.shape[1]
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
-    scale_log2 = scale * math.log2(math.e)
+    unit = softcap if softcap > 0 else scale                       # the tile holds score / unit
+    unit_log2 = unit * math.log2(math.e)
+    window = effective_window(causal, window_size)
+    slopes = _slopes_bh(alibi_slopes, batch, nheads, q.dtype)     # (b, h)
+    slopes_u = None if slopes is None else slopes / unit
     k, v = _expand_kv(k, nheads), _expand_kv(v, nheads)
     out = torch.zeros_like(q)
-    lse = torch.empty(batch, nheads, seqlen_q, dtype=q.dtype, device=q.device)
+    lse = torch.full((batch, nheads, seqlen_q), float("-inf"), dtype=q.dtype, device=q.device)
     shift = seqlen_k - seqlen_q
-    for m0 in range(0, seqlen_q, block_m):                         # one thread block per Q tile
-        m1 = min(m0 + block_m, seqlen_q)
+    for m_block in range(_cdiv(seqlen_q, block_m)):                # one thread block per Q tile
+        m0, m1 = m_block * block_m, min((m_block + 1) * block_m, seqlen_q)
         rows = torch.arange(m0, m1, device=q.device)[:, None]
-        n_max = -(-seqlen_k // block_n)
-        if causal:                                                 # skip K/V blocks right of the diagonal
-            keys_end = (m1 - 1) + shift + 1
-            n_max = 0 if keys_end <= 0 else min(n_max, -(-keys_end // block_n))
+        n_min, n_max = kv_block_range(m_block, block_m, block_n, seqlen_q, seqlen_k, *window)
+        if n_max <= n_min:                                         # sees nothing: 0 and -inf stay
+            continue
         qi = q[:, m0:m1].transpose(1, 2)                           # (b, h, bm, d)
         row_max = torch.full((batch, nheads, m1 - m0), float("-inf"), dtype=q.dtype, device=q.device)
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros(batch, nheads, m1 - m0, d, dtype=q.dtype, device=q.device)
-        for n in reversed(range(n_max)):                           # last block first, like the kernel
+        for n in reversed(range(n_min, n_max)):                    # last block first, like the kernel
             n0, n1 = n * block_n, min((n + 1) * block_n, seqlen_k)
             kj, vj = k[:, n0:n1].transpose(1, 2), v[:, n0:n1].transpose(1, 2)   # (b, h, bn, d)
-            s = qi @ kj.transpose(-1, -2)                          # raw scores (b, h, bm, bn)
             cols = torch.arange(n0, n1, device=q.device)[None, :]
-            if causal:
-                s = s.masked_fill(cols > rows + shift, float("-inf"))
+            s, _ = _tile_scores(qi, kj, rows, cols, shift, scale, softcap, slopes_u)  # (b, h, bm, bn)
+            if block_needs_mask(m_block, n, block_m, block_n, seqlen_q, seqlen_k, *window):
+                s = s.masked_fill(~_visible(rows, cols, shift, window), float("-inf"))
             m_new = torch.maximum(row_max, s.amax(-1))
-            m_scaled = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new * scale_log2)
-            correction = torch.exp2(row_max * scale_log2 - m_scaled)   # 0 for the first block
-            p = torch.exp2(s * scale_log2 - m_scaled[..., None])   # unnormalised probabilities
+            m_scaled = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new * unit_log2)
+            correction = torch.exp2(row_max * unit_log2 - m_scaled)    # 0 for the first block
+            p = torch.exp2(s * unit_log2 - m_scaled[..., None])    # unnormalised probabilities
             row_sum = row_sum * correction + p.sum(-1)
             acc = acc * correction[..., None] + p @ vj             # O rescaled, never normalised here
             row_max = m_new
@@ -93,25 +293,35 @@ def attention_blockwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         inv = torch.where(empty, torch.zeros_like(row_sum), 1.0 / row_sum)
         out[:, m0:m1] = (acc * inv[..., None]).transpose(1, 2)     # one division per row, at the end
         lse[:, :, m0:m1] = torch.where(empty, torch.full_like(row_sum, float("-inf")),
-                                       row_max * scale + torch.log(row_sum))
+                                       row_max * unit + torch.log(row_sum))
     return out, lse
 
 
 def attention_blockwise_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                                  lse: torch.Tensor, dout: torch.Tensor, causal: bool = False,
                                  softmax_scale: Optional[float] = None, block_m: int = 64,
-                                 block_n: int = 32) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The FA2 backward, tile by tile (the model the backward kernels will follow).
+                                 block_n: int = 32, *, window_size: Window = (-1, -1), softcap: float = 0.0,
+                                 alibi_slopes: Optional[torch.Tensor] = None
+                                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The FA2 backward, tile by tile (the model the backward kernels follow).
 
     Pre-pass D = rowsum(dO * O). K/V blocks outer (one thread block each, dK/dV kept on chip),
-    Q blocks inner: S = Q K^T, P = exp(S * scale - LSE) recomputed from the forward's LSE (no
-    N x N buffer), dV += P^T dO, dP = dO V^T, dS = P * (dP - D), dK += scale * dS^T Q,
-    dQ += scale * dS K (accumulated across K/V blocks). GQA: dK/dV summed over each group.
-    Shapes as attention_ref; lse: (batch, nheads, seqlen_q). Returns dq, dk, dv.
+    Q blocks q_block_range(...) inner: the score tile is recomputed as in the forward (softcap,
+    alibi, mask), P = exp(tile * u - LSE) from the forward's LSE (no N x N buffer),
+    dV += P^T dO, dP = dO V^T, dS = P * (dP - D) (the gradient of the final score).
+    Softcap: the final score is softcap * tanh(x / softcap) + bias with x = scale * q k^T, whose
+    derivative in x is 1 - tanh^2(x / softcap), so dS is multiplied by (1 - t^2), t the tile's
+    tanh (kept from the recomputation); alibi adds a constant, nothing to the chain. Then
+    dK += scale * dS^T Q, dQ += scale * dS K (accumulated across K/V blocks). GQA: dK/dV summed
+    over each group. Shapes as attention_ref; lse: (batch, nheads, seqlen_q). Returns dq, dk, dv.
     """
     batch, seqlen_q, nheads, d = q.shape
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
+    unit = softcap if softcap > 0 else scale
+    window = effective_window(causal, window_size)
+    slopes = _slopes_bh(alibi_slopes, batch, nheads, q.dtype)
+    slopes_u = None if slopes is None else slopes / unit
     kx, vx = _expand_kv(k, nheads), _expand_kv(v, nheads)                       # (b, sk, h, d)
     delta = (dout * out).sum(-1).transpose(1, 2)                               # D: (b, h, sq)
     dq = torch.zeros_like(q)
@@ -119,27 +329,29 @@ def attention_blockwise_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     dv = torch.zeros_like(vx)
     shift = seqlen_k - seqlen_q
     lse_safe = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)  # rows w/o keys: P = 0
-    for n0 in range(0, seqlen_k, block_n):                                      # one thread block per K/V tile
-        n1 = min(n0 + block_n, seqlen_k)
+    for n_block in range(_cdiv(seqlen_k, block_n)):                             # one thread block per K/V tile
+        n0, n1 = n_block * block_n, min((n_block + 1) * block_n, seqlen_k)
+        m_min, m_max = q_block_range(n_block, block_m, block_n, seqlen_q, seqlen_k, *window)
+        if m_max <= m_min:                                                      # no row sees it: dK = dV = 0
+            continue
         kj, vj = kx[:, n0:n1].transpose(1, 2), vx[:, n0:n1].transpose(1, 2)     # (b, h, bn, d)
         cols = torch.arange(n0, n1, device=q.device)[None, :]
-        m_start = 0
-        if causal:                                                              # Q tiles above the diagonal see nothing
-            m_start = max(0, (n0 - shift) // block_m * block_m)
         dk_j = torch.zeros_like(kj)
         dv_j = torch.zeros_like(vj)
-        for m0 in range(m_start, seqlen_q, block_m):
-            m1 = min(m0 + block_m, seqlen_q)
+        for m_block in range(m_min, m_max):
+            m0, m1 = m_block * block_m, min((m_block + 1) * block_m, seqlen_q)
+            rows = torch.arange(m0, m1, device=q.device)[:, None]
             qi = q[:, m0:m1].transpose(1, 2)                                    # (b, h, bm, d)
             doi = dout[:, m0:m1].transpose(1, 2)                                # (b, h, bm, d)
-            s = qi @ kj.transpose(-1, -2)                                       # (b, h, bm, bn)
-            p = torch.exp(s * scale - lse_safe[:, :, m0:m1, None])
-            if causal:
-                rows = torch.arange(m0, m1, device=q.device)[:, None]
-                p = p.masked_fill(cols > rows + shift, 0.0)
+            s, t = _tile_scores(qi, kj, rows, cols, shift, scale, softcap, slopes_u)   # (b, h, bm, bn)
+            p = torch.exp(s * unit - lse_safe[:, :, m0:m1, None])
+            if block_needs_mask(m_block, n_block, block_m, block_n, seqlen_q, seqlen_k, *window):
+                p = p.masked_fill(~_visible(rows, cols, shift, window), 0.0)
             dv_j += p.transpose(-1, -2) @ doi
             dp = doi @ vj.transpose(-1, -2)
-            ds = p * (dp - delta[:, :, m0:m1, None])
+            ds = p * (dp - delta[:, :, m0:m1, None])                            # d loss / d final score
+            if t is not None:
+                ds = ds * (1 - t * t)                                           # through the softcap
             dk_j += scale * ds.transpose(-1, -2) @ qi
             dq[:, m0:m1] += (scale * ds @ kj).transpose(1, 2)
         dk[:, n0:n1] = dk_j.transpose(1, 2)

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# On the GPU host: build for sm_90 with all cores, run the tests, run the forward benchmark,
-# optionally a tile sweep. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
-#   summary.txt build.log tests.log bench.log h200_fwd.{csv,md,png} tune.log
+# On the GPU host: build for sm_90 with all cores, run the tests, run the benchmark (forward,
+# backward, fwd+bwd vs SDPA, and the fwd+bwd peak memory), optionally the C++ --check matrix and
+# tile sweeps. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
+#   summary.txt build.log tests.log bench.log results.tar.gz (h200_*.csv/md/png) check.log tune.log
 # Needs the nvidia-cutlass wheel in .whl/ (no package registry there) unless CUTLASS_DIR is set.
 #
 #   scripts/gpu_check.sh                         build + tests + benchmark
 #   SKIP_BENCH=1 scripts/gpu_check.sh            build + tests
 #   TESTS="tests/test_attention_gpu.py -k compile" BENCH_ARGS="--hdims 128" scripts/gpu_check.sh
+#   CHECK_MATRIX=1 scripts/gpu_check.sh          also make bench-cpp + benchmarks/cpp/check_matrix.sh
 #   TUNE="96:128x64x4x1 96:64x64x4x1" scripts/gpu_check.sh     also run benchmarks/cpp/tune_fwd.sh
+#   TUNE_BWD="128:64x128x8x2x4x2" scripts/gpu_check.sh          also run benchmarks/cpp/tune_bwd.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -30,10 +33,9 @@ if [ -z "${CUTLASS_DIR:-}" ] && ! python3 third_party/find_cutlass.py > /dev/nul
 fi
 
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
-export FLASH_ATTN_CUDA_BACKWARD=${FLASH_ATTN_CUDA_BACKWARD:-1}  # the experimental backward is what needs testing
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
-log "build: archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_CUDA_HDIMS:-all} dtypes=${FLASH_ATTN_CUDA_DTYPES:-all} backward=$FLASH_ATTN_CUDA_BACKWARD jobs=$MAX_JOBS"
+log "build: archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_CUDA_HDIMS:-all} dtypes=${FLASH_ATTN_CUDA_DTYPES:-all} backward=${FLASH_ATTN_CUDA_BACKWARD:-1} jobs=$MAX_JOBS"
 start=$(date +%s)
 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
 rc=$?
@@ -48,19 +50,34 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   log "tests"
   python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
   trc=$?
-  tail -15 "$OUT/tests.log"
-  log "tests rc=$trc: $(tail -1 "$OUT/tests.log")"
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+  log "tests rc=$trc: $(grep -E "[0-9]+ (passed|failed)" "$OUT/tests.log" | tail -1)"
   [ $trc -eq 0 ] || status=1
 fi
 
 if [ -z "${SKIP_BENCH:-}" ]; then
-  log "benchmark"
-  python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --csv "$OUT/h200_fwd.csv" --md "$OUT/h200_fwd.md" \
-    --plot "$OUT/h200_fwd.png" > "$OUT/bench.log" 2>&1
+  log "benchmark: ${BENCH_ARGS:-FA2-paper grid}"
+  results=/tmp/gpu_check_results
+  rm -rf "$results" && mkdir -p "$results"
+  python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --out "$results" --prefix h200 > "$OUT/bench.log" 2>&1
   brc=$?
   log "bench rc=$brc"
   [ $brc -eq 0 ] || status=1
-  grep "^|" "$OUT/bench.log"
+  grep -E "^(\||#)" "$OUT/bench.log"
+  if [ -z "${SKIP_MEMORY:-}" ]; then
+    python3 -m flash_attn_cuda.bench --memory --out "$results" --prefix h200_memory >> "$OUT/bench.log" 2>&1 \
+      || status=1
+    tail -8 "$OUT/bench.log"
+  fi
+  tar -czf "$OUT/results.tar.gz" -C "$results" .
+fi
+
+if [ -n "${CHECK_MATRIX:-}" ]; then
+  log "C++ benchmarks: make bench-cpp + check matrix"
+  { make bench-cpp -j"$(nproc)" && benchmarks/cpp/check_matrix.sh; } > "$OUT/check.log" 2>&1
+  crc=$?
+  log "check matrix rc=$crc: $(tail -1 "$OUT/check.log")"
+  [ $crc -eq 0 ] || status=1
 fi
 
 if [ -n "${TUNE:-}" ]; then
@@ -68,5 +85,12 @@ if [ -n "${TUNE:-}" ]; then
   benchmarks/cpp/tune_fwd.sh "$TUNE" /tmp/tune > "$OUT/tune.log" 2>&1
   log "tune rc=$?"
   grep -q "MISMATCH\|BUILD FAILED" "$OUT/tune.log" && { log "tune: a config failed its check or build"; status=1; }
+fi
+
+if [ -n "${TUNE_BWD:-}" ]; then
+  log "backward tile sweep: $TUNE_BWD"
+  benchmarks/cpp/tune_bwd.sh "$TUNE_BWD" /tmp/tune_bwd > "$OUT/tune_bwd.log" 2>&1
+  log "tune_bwd rc=$?"
+  grep -q "MISMATCH\|BUILD FAILED" "$OUT/tune_bwd.log" && { log "tune_bwd: a config failed its check or build"; status=1; }
 fi
 exit $status

@@ -1,8 +1,12 @@
-"""The benchmark CLI's GPU-free parts: FLOP formula, refusal without a GPU, tables from CSV."""
+"""The benchmark CLI's GPU-free parts: FLOP formulas, options, refusal without a GPU, tables and
+plots from CSV, output file names, the backward's timed callables (on the CPU) and the memory report."""
+import os
+
 import pytest
 import torch
 
 from flash_attn_cuda import bench
+from flash_attn_cuda.reference import attention_ref
 
 
 def test_flops_formula():
@@ -40,3 +44,155 @@ def test_replot_table_from_csv(tmp_path):
     assert cells["flash_attn_cuda"] == "300.0" and cells["sdpa_flash"] == "250.0"
     assert cells["ours/sdpa_flash"] == "1.20"
     assert cells["sdpa_cudnn"] == "n/a" and cells["ours/sdpa_cudnn"] == "n/a"
+
+
+# ---- backward, fwd+bwd, memory and --out --------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flops_of_each_direction(causal):
+    fwd = 4 * 2 * 1024 ** 2 * 16 * 128 / (2 if causal else 1)
+    assert bench.attention_flops(2, 1024, 16, 128, causal) == fwd
+    assert bench.attention_flops(2, 1024, 16, 128, causal, "fwd") == fwd
+    assert bench.attention_flops(2, 1024, 16, 128, causal, "bwd") == 2.5 * fwd
+    assert bench.attention_flops(2, 1024, 16, 128, causal, "fwdbwd") == 3.5 * fwd
+
+
+@pytest.mark.parametrize("text,directions", [(None, ["fwd", "bwd"]), ("fwd", ["fwd"]), ("bwd", ["bwd"]),
+                                             ("bwd,fwd", ["fwd", "bwd"]), ("fwd,fwd", ["fwd"])])
+def test_directions_are_parsed(text, directions):
+    argv = [] if text is None else ["--directions", text]
+    assert bench.parse_args(argv).directions == directions
+
+
+@pytest.mark.parametrize("text", ["", ",", "back", "fwd,bwdd", "fwdbwd", "FWD"])
+def test_bad_directions_are_rejected(text):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--directions", text])
+
+
+@pytest.mark.parametrize("argv", [["--directions", "bwd", "--csv", "f.csv"],   # --csv is the forward's file
+                                  ["--memory", "--md", "m.md"]])               # --memory reports to --out
+def test_contradictory_options_are_rejected(argv):
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+
+
+def test_memory_shape_defaults_and_overrides():
+    args = bench.parse_args(["--memory"])
+    assert (args.seqlens[0], args.hdims[0], args.causals[0], args.dtype) == (16384, 128, False, "bf16")
+    args = bench.parse_args(["--memory", "--seqlens", "8192,4096", "--hdims", "64", "--causal", "1"])
+    assert (args.seqlens[0], args.hdims[0], args.causals[0]) == (8192, 64, True)
+
+
+def test_out_file_names():
+    files = bench.out_files("res", "h200", ["fwd", "bwd"])
+    assert files.md == os.path.join("res", "h200.md")
+    assert files.csv == {"fwd": os.path.join("res", "h200_fwd.csv"), "bwd": os.path.join("res", "h200_bwd.csv")}
+    assert files.png == {"fwd_tflops": os.path.join("res", "h200_fwd.png"),
+                         "bwd_tflops": os.path.join("res", "h200_bwd.png"),
+                         "fwdbwd_tflops": os.path.join("res", "h200_fwdbwd.png")}
+    only_bwd = bench.out_files("res", "results", ["bwd"])
+    assert list(only_bwd.csv.values()) == [os.path.join("res", "results_bwd.csv")]
+    assert sorted(only_bwd.png) == ["bwd_tflops", "fwdbwd_tflops"]
+
+
+BWD_CSV = (
+    "impl,dtype,hdim,seqlen,causal,batch,nheads,fwd_ms,fwdbwd_ms,bwd_ms,bwd_tflops,fwdbwd_tflops\n"
+    "flash_attn_cuda,bfloat16,128,4096,True,4,16,1.0,3.5,2.5,300.0,280.0\n"
+    "sdpa_flash,bfloat16,128,4096,True,4,16,1.1,4.0,2.9,240.0,200.0\n"
+    "sdpa_cudnn,bfloat16,128,4096,True,4,16,,,,,\n"
+    "flash_attn_cuda,bfloat16,64,2048,False,8,32,0.5,1.5,1.0,,\n"
+    "sdpa_flash,bfloat16,64,2048,False,8,32,0.6,1.8,1.2,200.0,180.0\n"
+)
+
+
+def md_tables(text):
+    """{heading: [row dict, ...]} of every markdown table, each under the last heading above it."""
+    tables, heading, header = {}, None, None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading, header = line.lstrip("# "), None
+            tables[heading] = []
+        elif line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if header is None:
+                header = cells
+            else:
+                tables[heading].append(dict(zip(header, cells)))
+    return tables
+
+
+def table(tables, name):
+    (rows,) = [rows for heading, rows in tables.items() if heading.startswith(f"{name} TFLOP/s")]
+    return {(r["hdim"], r["causal"], r["seqlen"]): r for r in rows}
+
+
+def test_replot_backward_tables_from_csv(tmp_path):
+    csv_path = tmp_path / "r_bwd.csv"
+    csv_path.write_text(BWD_CSV)
+    md = tmp_path / "r.md"
+    assert bench.main(["--replot", str(csv_path), "--md", str(md)]) == 0
+    tables = md_tables(md.read_text())
+    assert not any(h.startswith("forward") for h in tables)
+    bwd = table(tables, "backward")
+    assert list(bwd) == [("64", "False", "2048"), ("128", "True", "4096")]
+    cells = bwd[("128", "True", "4096")]
+    assert cells["flash_attn_cuda"] == "300.0" and cells["sdpa_flash"] == "240.0"
+    assert cells["ours/sdpa_flash"] == "1.25"
+    assert cells["sdpa_cudnn"] == "n/a" and cells["ours/sdpa_cudnn"] == "n/a"
+    assert bwd[("64", "False", "2048")]["flash_attn_cuda"] == "n/a"
+    assert bwd[("64", "False", "2048")]["ours/sdpa_flash"] == "n/a"
+    fwdbwd = table(tables, "fwd+bwd")
+    assert fwdbwd[("128", "True", "4096")]["flash_attn_cuda"] == "280.0"
+    assert fwdbwd[("128", "True", "4096")]["ours/sdpa_flash"] == "1.40"
+    assert fwdbwd[("64", "False", "2048")]["sdpa_flash"] == "180.0"
+
+
+def test_replot_both_csvs_to_out_dir(tmp_path):
+    (tmp_path / "r_bwd.csv").write_text(BWD_CSV)
+    (tmp_path / "r_fwd.csv").write_text(
+        "impl,dtype,hdim,seqlen,causal,batch,nheads,fwd_ms,fwd_tflops\n"
+        "flash_attn_cuda,bfloat16,128,4096,True,4,16,1.0,300.0\n"
+        "sdpa_flash,bfloat16,128,4096,True,4,16,1.2,250.0\n")
+    out = tmp_path / "plots"
+    argv = ["--replot", str(tmp_path / "r_bwd.csv"), str(tmp_path / "r_fwd.csv"), "--out", str(out), "--prefix", "r"]
+    assert bench.main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["r.md", "r_bwd.png", "r_fwd.png", "r_fwdbwd.png"]
+    tables = md_tables((out / "r.md").read_text())
+    assert [h.split(" TFLOP/s")[0] for h in tables] == ["forward", "backward", "fwd+bwd"]
+    assert table(tables, "forward")[("128", "True", "4096")]["ours/sdpa_flash"] == "1.20"
+
+
+def test_replot_refuses_a_csv_of_other_columns(tmp_path, capsys):
+    csv_path = tmp_path / "x.csv"
+    csv_path.write_text("impl,hdim,ms\nflash_attn_cuda,128,1.0\n")
+    assert bench.main(["--replot", str(csv_path), "--md", str(tmp_path / "x.md")]) == 2
+    assert "not a benchmark CSV" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_callables_give_reference_gradients(causal):
+    # The timed callables' wiring (layout, dout, graph reuse), run by SDPA's flash backend on the CPU.
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dout = (torch.randn(2, 48, 3, 32, generator=g) for _ in range(4))  # (batch, seqlen, nheads, d)
+    fns = bench.make_bwd("sdpa_flash", [(q, k, v, dout)], causal)
+    leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
+    out, _ = attention_ref(*leaves, causal=causal, compute_dtype=torch.float64)
+    reference = torch.autograd.grad(out, leaves, dout)
+    for name in ("bwd", "bwd", "fwdbwd"):  # the kept graph serves more than one backward
+        grads = [t.transpose(1, 2) for t in fns[name](0)]  # SDPA's (batch, nheads, seqlen, d) back to ours
+        for grad, ref in zip(grads, reference):
+            torch.testing.assert_close(grad, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fns["fwd"](0).transpose(1, 2), out.detach().float(), rtol=1e-4, atol=1e-4)
+
+
+def test_memory_report_lines_and_md():
+    row = {"impl": "flash_attn_cuda", "peak_bytes": 3 * bench.MIB, "essential_bytes": 2 * bench.MIB}
+    assert bench.memory_lines(row) == [
+        "flash_attn_cuda: peak memory of fwd+bwd: 3.0 MiB",
+        "flash_attn_cuda: essential (q, k, v, dout, out, lse, dq, dk, dv): 2.0 MiB",
+        "flash_attn_cuda: peak / essential: 1.50"]
+    failed = {"impl": "sdpa_flash", "peak_bytes": "", "essential_bytes": 2 * bench.MIB, "error": "OOM"}
+    lines = bench.memory_md([row, failed], "bf16").splitlines()
+    assert "| flash_attn_cuda | 3.0 | 2.0 | 1.50 |" in lines
+    assert "| sdpa_flash | n/a (OOM) | 2.0 | n/a |" in lines

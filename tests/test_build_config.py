@@ -14,7 +14,7 @@ def test_defaults():
     assert cfg.archs == (80, 90)
     assert cfg.head_dims == (32, 64, 96, 128, 160, 192, 224, 256)
     assert cfg.dtypes == ("fp16", "bf16")
-    assert cfg.backward is False
+    assert cfg.backward is True
 
 
 def test_backward_flag():

@@ -1,36 +1,139 @@
-"""build/cpp/bench_fwd (make bench-cpp) without a GPU: argument checking and a clear refusal.
-Skipped where the binary has not been built (CI builds it before the tests)."""
+"""build/cpp/bench_fwd and bench_bwd (make bench-cpp) without a GPU: argument checking, --help,
+--compiled, the "not compiled" exit code and a clear refusal without a GPU. Each binary's tests
+are skipped where it has not been built (CI builds both; make bench-cpp skips bench_bwd in builds
+with FLASH_ATTN_CUDA_BACKWARD=0).
+
+Exit codes (benchmarks/cpp/bench_common.h): 0 ok, 1 mismatch, 2 bad arguments / no GPU / CUDA
+error, 3 head dim or dtype not compiled into this build."""
 import pathlib
 import subprocess
 
 import pytest
 import torch
 
-BENCH = pathlib.Path(__file__).resolve().parent.parent / "build" / "cpp" / "bench_fwd"
-
-pytestmark = pytest.mark.skipif(not BENCH.exists(), reason="build/cpp/bench_fwd not built (make bench-cpp)")
-
-
-def run(*args):
-    return subprocess.run([str(BENCH), *args], capture_output=True, text=True, timeout=60)
+BUILD = pathlib.Path(__file__).resolve().parent.parent / "build" / "cpp"
+ALL_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+ALL_DTYPES = ("fp16", "bf16")
 
 
+def _binary(name):
+    path = BUILD / name
+    missing = pytest.mark.skipif(not path.exists(), reason=f"build/cpp/{name} not built (make bench-cpp)")
+    return pytest.param(path, id=name, marks=missing)
+
+
+BENCHES = [_binary("bench_fwd"), _binary("bench_bwd")]
+
+
+def run(bench, *args):
+    return subprocess.run([str(bench), *args], capture_output=True, text=True, timeout=60)
+
+
+def compiled(bench):
+    """(head dims, dtypes) the binary runs, from --compiled."""
+    result = run(bench, "--compiled")
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+    return [int(d) for d in lines["hdims"].split()], lines["dtypes"].split()
+
+
+@pytest.mark.parametrize("bench", BENCHES)
 @pytest.mark.parametrize("args,message", [
     (["--hdim", "7"], "bad sizes"),
     (["--hdim", "264"], "bad sizes"),
+    (["--batch", "0"], "bad sizes"),
+    (["--reps", "0"], "bad sizes"),
+    (["--seqlen", "12x"], "expected an integer"),
     (["--dtype", "fp32"], "--dtype"),
     (["--frobnicate"], "unknown argument"),
     (["--seqlen"], "missing value"),
 ])
-def test_bad_arguments_exit_2_with_a_message(args, message):
-    result = run(*args)
+def test_bad_arguments_exit_2_with_a_message(bench, args, message):
+    result = run(bench, *args)
     assert result.returncode == 2
     assert message in result.stderr
 
 
-def test_without_gpu_it_says_so():
+def test_only_bench_bwd_takes_deterministic():
+    bench = BUILD / "bench_fwd"
+    if not bench.exists():
+        pytest.skip("build/cpp/bench_fwd not built (make bench-cpp)")
+    result = run(bench, "--deterministic")
+    assert result.returncode == 2
+    assert "unknown argument --deterministic" in result.stderr
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_help_lists_the_options(bench):
+    result = run(bench, "--help")
+    assert result.returncode == 0
+    for option in ("--batch", "--seqlen", "--seqlen-k", "--heads", "--hdim", "--causal", "--dtype", "--reps",
+                   "--check", "--grid", "--compiled"):
+        assert option in result.stdout
+    assert ("--deterministic" in result.stdout) == (bench.name == "bench_bwd")
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_compiled_lists_head_dims_and_dtypes(bench):
+    hdims, dtypes = compiled(bench)
+    assert hdims and set(hdims) <= set(ALL_HEAD_DIMS) and hdims == sorted(hdims)
+    assert dtypes and set(dtypes) <= set(ALL_DTYPES)
+
+
+def test_both_binaries_hold_the_same_build():
+    fwd, bwd = BUILD / "bench_fwd", BUILD / "bench_bwd"
+    if not (fwd.exists() and bwd.exists()):
+        pytest.skip("needs both build/cpp/bench_fwd and bench_bwd")
+    assert compiled(fwd) == compiled(bwd)
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_not_compiled_exits_3_before_looking_for_a_gpu(bench):
+    hdims, dtypes = compiled(bench)
+    cases = []
+    if hdims[-1] < 256:  # head dims up to the largest compiled one run it (zero-padded)
+        cases.append((["--hdim", "256", "--dtype", dtypes[0]], "head dim 256 is not compiled"))
+    for dtype in set(ALL_DTYPES) - set(dtypes):
+        cases.append((["--hdim", str(hdims[0]), "--dtype", dtype], f"dtype {dtype} is not compiled"))
+    if not cases:
+        pytest.skip("this build compiled every head dim and dtype")
+    for args, message in cases:
+        result = run(bench, *args, "--check")
+        assert result.returncode == 3, (args, result.stderr)
+        assert message in result.stderr
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_without_gpu_it_says_so(bench):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = run("--hdim", "64")
+    hdims, dtypes = compiled(bench)
+    extra = ["--deterministic"] if bench.name == "bench_bwd" else []
+    result = run(bench, "--hdim", str(hdims[0]), "--dtype", dtypes[0], "--check", *extra)
     assert result.returncode == 2
     assert "no CUDA GPU" in result.stderr
+
+
+CHECK_MATRIX = BUILD.parent.parent / "benchmarks" / "cpp" / "check_matrix.sh"
+
+
+def test_check_matrix_needs_bench_fwd(tmp_path):
+    result = subprocess.run(["bash", str(CHECK_MATRIX), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "make bench-cpp" in result.stderr
+
+
+def test_check_matrix_counts_uncompiled_cases_as_skipped():
+    bench = BUILD / "bench_fwd"
+    if not bench.exists():
+        pytest.skip("build/cpp/bench_fwd not built (make bench-cpp)")
+    hdims, dtypes = compiled(bench)
+    missing = [t for t in ALL_DTYPES if t not in dtypes]
+    if not missing:
+        pytest.skip("this build compiled every dtype")
+    env = {"PATH": "/usr/bin:/bin", "HDIMS": str(hdims[0]), "DTYPES": missing[0], "SEQLENS": "1000:1337"}
+    result = subprocess.run(["bash", str(CHECK_MATRIX)], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1] == f"0 passed, 0 failed, {len(lines) - 1} skipped"
+    assert all(line.startswith("skip ") for line in lines[:-1])

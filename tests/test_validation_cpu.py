@@ -132,11 +132,11 @@ def test_autograd_wiring(fake):
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
     ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse),
-                                softmax_scale=0.1, causal=True)
+                                softmax_scale=0.1, causal=True, deterministic=False)
     if _ops.HAS_BACKWARD:
-        dq, dk, dv, none1, none2 = _ops._fwd_backward(ctx, torch.empty_like(out), None)
+        dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert none1 is None and none2 is None
+        assert nones == [None, None, None]  # softmax_scale, causal, deterministic
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
             _ops._fwd_backward(ctx, torch.empty_like(out), None)

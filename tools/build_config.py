@@ -4,8 +4,7 @@ setup.py before anything is built, and by the CPU tests).
     FLASH_ATTN_CUDA_ARCHS   "80;90"        compute capabilities (sm_XX) to compile for
     FLASH_ATTN_CUDA_HDIMS   all            head dims to compile, from 32,64,96,128,160,192,224,256
     FLASH_ATTN_CUDA_DTYPES  "fp16,bf16"    element types to compile
-    FLASH_ATTN_CUDA_BACKWARD  "0"          1: also compile the (EXPERIMENTAL, not yet GPU-verified)
-                                           backward kernels and wire autograd to them
+    FLASH_ATTN_CUDA_BACKWARD  "1"          0: forward only (half the kernels; .backward() raises)
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job
 
 Lists accept ',' or ';' or spaces as separators.
@@ -95,7 +94,7 @@ def from_env(env: Mapping[str, str]) -> BuildConfig:
         archs=parse_archs(env.get("FLASH_ATTN_CUDA_ARCHS")),
         head_dims=parse_head_dims(env.get("FLASH_ATTN_CUDA_HDIMS")),
         dtypes=parse_dtypes(env.get("FLASH_ATTN_CUDA_DTYPES")),
-        backward=parse_bool("FLASH_ATTN_CUDA_BACKWARD", env.get("FLASH_ATTN_CUDA_BACKWARD"), False),
+        backward=parse_bool("FLASH_ATTN_CUDA_BACKWARD", env.get("FLASH_ATTN_CUDA_BACKWARD"), True),
     )
 
 

@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default=os.environ.get("FLASH_ATTN_CUDA_DTYPES"))
     parser.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent.parent / "csrc" / "instantiations"))
     args = parser.parse_args()
-    backward = build_config.parse_bool("FLASH_ATTN_CUDA_BACKWARD", os.environ.get("FLASH_ATTN_CUDA_BACKWARD"), False)
+    backward = build_config.parse_bool("FLASH_ATTN_CUDA_BACKWARD", os.environ.get("FLASH_ATTN_CUDA_BACKWARD"), True)
     files = generate(args.out, build_config.parse_head_dims(args.hdims), build_config.parse_dtypes(args.dtypes),
                      ("fwd", "bwd") if backward else ("fwd",))
     print("\n".join(files))
