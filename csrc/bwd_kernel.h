@@ -62,23 +62,38 @@ __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
   }
 }
 
-// dq[b, i, h, :] = softmax_scale * sum_s dq_accum[s, b, h, i, :], one warp per row; the
-// num_dq_splits slices are summed in index order (deterministic mode has several).
-template <typename Element>
-__global__ void bwd_convert_dq_kernel(__grid_constant__ const BwdParams p) {
-  constexpr int kRowsPerBlock = 8;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kRowsPerBlock + warp, head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.seqlen_q) return;
-  const int64_t split_stride = int64_t(p.batch) * p.nheads * p.seqlen_q_rounded * p.headdim_rounded;
-  const float* acc =
-      p.dq_accum_ptr + ((int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded + row) * p.headdim_rounded;
-  Element* dq = static_cast<Element*>(p.dq_ptr) + batch * p.dq_batch_stride + row * p.dq_row_stride +
-                head * p.dq_head_stride;
-  for (int c = lane; c < p.headdim; c += 32) {
-    float sum = acc[c];
-    for (int s = 1; s < p.num_dq_splits; ++s) { sum += acc[s * split_stride + c]; }
-    dq[c] = Element(sum * p.softmax_scale);
+// dq_accum tile layout. Each (kBlockM x d) tile of a (batch, head) is stored thread-major:
+// element i of thread t's dQ accumulator (TiledMmadQ's C fragment) lives at i * kNThreads + t,
+// so one atomic instruction of a warp adds into 32 consecutive floats (one 128-B line) instead
+// of 8 rows' scattered sectors. The convert kernel undoes the permutation with the same MMA
+// partition. (FA2 does the same; an L2-atomic-throughput limit otherwise.)
+template <typename Traits>
+CUTE_DEVICE float* dq_accum_tile(float* dq_accum, BwdParams const& p, int64_t bh, int m_block) {
+  return dq_accum + (bh * p.seqlen_q_rounded + int64_t(m_block) * Traits::kBlockM) * Traits::kHeadDim;
+}
+
+// dq[b, i, h, :] = softmax_scale * sum_s dq_accum[s, b, h, i, :] for one (kBlockM x d) tile per
+// thread block, undoing dq_accum's thread-major tile layout; the num_dq_splits slices are summed
+// in index order (deterministic mode has several).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_convert_dq_kernel(__grid_constant__ const BwdParams p) {
+  using Element = typename Traits::Element;
+  constexpr int kThreads = Traits::kNThreads;
+  const int tid = threadIdx.x, m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int64_t bh = int64_t(batch) * p.nheads + head;
+  const int64_t split_stride = int64_t(p.batch) * p.nheads * p.seqlen_q_rounded * Traits::kHeadDim;
+  const float* tile = dq_accum_tile<Traits>(p.dq_accum_ptr, p, bh, m_block) + tid;
+  typename Traits::TiledMmadQ mma_dq;
+  Tensor coords = mma_dq.get_thread_slice(tid).partition_C(
+      make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));  // (MMA, MMA_M, d/..) -> (row, col)
+  Element* dq = static_cast<Element*>(p.dq_ptr) + batch * p.dq_batch_stride + head * p.dq_head_stride;
+  CUTE_UNROLL
+  for (int i = 0; i < size(coords); ++i) {
+    float sum = tile[i * kThreads];
+    for (int s = 1; s < p.num_dq_splits; ++s) { sum += tile[s * split_stride + i * kThreads]; }
+    const int row = m_block * Traits::kBlockM + get<0>(coords(i)), col = get<1>(coords(i));
+    if (row < p.seqlen_q && col < p.headdim) { dq[row * p.dq_row_stride + col] = Element(sum * p.softmax_scale); }
   }
 }
 
@@ -130,8 +145,6 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   const int rows_padded = params.seqlen_q_rounded;
   Tensor mLseLog2 = make_tensor(make_gmem_ptr(params.lse_log2_ptr + bh * rows_padded), make_shape(rows_padded));
   Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + bh * rows_padded), make_shape(rows_padded));
-  Tensor mdQacc = make_tensor(make_gmem_ptr(dq_accum + bh * rows_padded * kHeadDim),
-                              make_shape(rows_padded, Int<kHeadDim>{}), make_stride(Int<kHeadDim>{}, _1{}));  // fp32
 
   Tensor gQ = local_tile(mQ, TileQ{}, make_coord(_, 0));                                     // (kBlockM, d, m)
   Tensor gdO = local_tile(mdO, TileQ{}, make_coord(_, 0));                                   // (kBlockM, d, m)
@@ -139,7 +152,6 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   Tensor gV = local_tile(mV, TileKV{}, make_coord(n_block, 0));                              // (kBlockN, d)
   Tensor gdK = local_tile(mdK, TileKV{}, make_coord(n_block, 0));                            // (kBlockN, d)
   Tensor gdV = local_tile(mdV, TileKV{}, make_coord(n_block, 0));                            // (kBlockN, d)
-  Tensor gdQacc = local_tile(mdQacc, TileQ{}, make_coord(_, 0));                             // (kBlockM, d, m)
 
   typename Traits::GmemTiledCopyO gmem_copy_out;
   auto gmem_thr_out = gmem_copy_out.get_thread_slice(tid);
@@ -309,10 +321,10 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     Tensor acc_dq = partition_fragment_C(mma_dq, TileQ{});                      // (MMA, MMA_M, d/..) fp32
     clear(acc_dq);
     gemm_ss(acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, mma_dq, copy_a_dq, copy_b_dq);       // dQ_j = dS K
-    // Padding rows and columns of dq_accum take their (zero or unused) sums unchecked.
-    Tensor tdQgdQ = thr_dq.partition_C(gdQacc(_, _, m_block));                  // (MMA, MMA_M, d/..) fp32
+    // Thread-major tile (dq_accum_tile); padding rows/columns take their zero or unused sums.
+    float* tdQgdQ = dq_accum_tile<Traits>(dq_accum, params, bh, m_block) + tid;
     CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); ++i) { atomicAdd(&tdQgdQ(i), acc_dq(i)); }
+    for (int i = 0; i < size(acc_dq); ++i) { atomicAdd(tdQgdQ + i * Traits::kNThreads, acc_dq(i)); }
     __syncthreads();  // the next Q block overwrites sP, sdS, and the block after it this stage
   }
   cp_async_wait<0>();  // the last fence's group is empty, but keep the count balanced

@@ -21,15 +21,14 @@ using BwdTraitsFor = BwdTraits<kHeadDim, FLASH_BWD_TUNE_BM, FLASH_BWD_TUNE_BN, F
 #else
 template <int kHeadDim, typename Element>
 using BwdTraitsFor = std::conditional_t<
-    (kHeadDim <= 64), BwdTraits<kHeadDim, 128, 128, 8, 2, 4, 4, Element>,
+    (kHeadDim <= 64), BwdTraits<kHeadDim, 128, 128, 8, 2, 4, 2, Element>,
     std::conditional_t<(kHeadDim <= 128), BwdTraits<kHeadDim, 64, 128, 8, 2, 4, 4, Element>,
-                       BwdTraits<kHeadDim, 64, 64, 8, 4, 4, 4, Element>>>;
+                       BwdTraits<kHeadDim, 64, 64, 8, 4, 2, 2, Element>>>;
 #endif
 
 template <typename Traits>
 cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  const dim3 row_grid((params.seqlen_q + 7) / 8, params.nheads, params.batch);  // 8 rows (warps) per block
   const dim3 padded_row_grid(params.seqlen_q_rounded / 8, params.nheads, params.batch);
   bwd_prepass_kernel<Element><<<padded_row_grid, 256, 0, stream>>>(params);
   cudaError_t err = cudaGetLastError();
@@ -47,7 +46,8 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
-  bwd_convert_dq_kernel<Element><<<row_grid, 256, 0, stream>>>(params);
+  const dim3 tile_grid(params.seqlen_q_rounded / Traits::kBlockM, params.nheads, params.batch);
+  bwd_convert_dq_kernel<Traits><<<tile_grid, Traits::kNThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 
