@@ -9,6 +9,8 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -17,10 +19,25 @@
 
 namespace {
 
+// Numbers in error messages go through snprintf, never through an ostream: on the H200 host
+// (torch 2.11 wheel) streaming a double into TORCH_CHECK's message crashed the process with
+// SIGSEGV inside std::ostream::_M_insert<double> instead of raising (measured 2026-11-30);
+// integers take the same path to be safe.
+std::string num(double x) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", x);
+  return text;
+}
+std::string num(int64_t x) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%lld", static_cast<long long>(x));
+  return text;
+}
+
 void check_input(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "flash_attn_cuda: ", name, " must be a CUDA tensor, got device ", t.device());
   TORCH_CHECK(t.dim() == 4, "flash_attn_cuda: ", name, " must be 4-D (batch, seqlen, nheads, headdim), got ",
-              t.dim(), "-D");
+              num(t.dim()), "-D");
   TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "flash_attn_cuda: ", name,
               " must be float16 or bfloat16, got ", t.scalar_type());
   TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cuda: ", name, " must have a contiguous last dimension");
@@ -36,7 +53,7 @@ void check_input(const at::Tensor& t, const char* name) {
 float checked_scale(double softmax_scale) {
   const float scale = static_cast<float>(softmax_scale);
   TORCH_CHECK(std::isnormal(scale) && scale > 0.f && scale <= std::numeric_limits<float>::max() / 2,
-              "flash_attn_cuda: softmax_scale must be a positive normal float32, got ", softmax_scale);
+              "flash_attn_cuda: softmax_scale must be a positive normal float32, got ", num(softmax_scale));
   return scale;
 }
 
@@ -82,29 +99,29 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   TORCH_CHECK(k.size(0) == batch && v.size(0) == batch, "flash_attn_cuda: batch sizes of q, k, v differ");
   TORCH_CHECK(v.size(1) == seqlen_k, "flash_attn_cuda: k and v seqlens differ");
   TORCH_CHECK(v.size(2) == nheads_k, "flash_attn_cuda: k and v head counts differ");
-  TORCH_CHECK(nheads_k > 0 && nheads % nheads_k == 0, "flash_attn_cuda: nheads of q (", nheads,
-              ") must be a multiple of nheads of k/v (", nheads_k, ")");
+  TORCH_CHECK(nheads_k > 0 && nheads % nheads_k == 0, "flash_attn_cuda: nheads of q (", num(nheads),
+              ") must be a multiple of nheads of k/v (", num(nheads_k), ")");
   TORCH_CHECK(k.size(3) == headdim && v.size(3) == headdim, "flash_attn_cuda: head dims of q, k, v differ");
   TORCH_CHECK(headdim % 8 == 0 && headdim > 0 && headdim <= 256,
-              "flash_attn_cuda: head dim must be a multiple of 8 in [8, 256], got ", headdim);
+              "flash_attn_cuda: head dim must be a multiple of 8 in [8, 256], got ", num(headdim));
   TORCH_CHECK(batch <= 65535 && nheads <= 65535, "flash_attn_cuda: batch and nheads must be <= 65535");
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen,
-              "flash_attn_cuda: sequence lengths must be <= ", flash::kMaxSeqlen, ", got ", seqlen_q, " and ",
-              seqlen_k);
+              "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
+              num(seqlen_q), " and ", num(seqlen_k));
   checked_scale(softmax_scale);  // before any allocation
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim,
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
               " is larger than every head dim compiled into this build");
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
   TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
-              props->major, ".", props->minor);
+              num(int64_t(props->major)), ".", num(int64_t(props->minor)));
   const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
   TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
-              "flash_attn_cuda: head dim ", headdim, " runs the head-dim-", headdim_rounded, " kernel, which needs ",
-              smem / 1024, " KB of shared memory per block; this GPU (", props->name, ") allows ",
-              props->sharedMemPerBlockOptin / 1024, " KB");
+              "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
+              " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
+              props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
 
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
@@ -119,7 +136,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
   const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
-              q.scalar_type(), " and head dim ", headdim_rounded);
+              q.scalar_type(), " and head dim ", num(int64_t(headdim_rounded)));
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: forward kernel launch failed: ", cudaGetErrorString(err),
               err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
                                                        "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
@@ -155,14 +172,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
               "flash_attn_cuda: sizes out of range");
   checked_scale(softmax_scale);  // before any allocation
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", headdim, " is not compiled into this build");
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
   const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
   TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
-              "backward for head dim ", headdim_rounded, " needs ", smem / 1024, " KB of shared memory per block; "
-              "this GPU allows ", props->sharedMemPerBlockOptin / 1024, " KB");
+              "backward for head dim ", num(int64_t(headdim_rounded)), " needs ", num(int64_t(smem / 1024)),
+              " KB of shared memory per block; this GPU allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)),
+              " KB");
 
   at::Tensor dq = at::empty(q.sizes(), q.options());
   // per query head; summed over GQA groups below
