@@ -14,9 +14,8 @@ install:            ## build the extension in place and install the package (edi
 test:               ## CPU tests always; GPU tests when a GPU is present (skipped otherwise)
 	$(PYTHON) -m pytest tests -q
 
-bench:              ## forward benchmark vs SDPA backends on the FA2-paper grid (needs a GPU)
-	$(PYTHON) -m flash_attn_cuda.bench --csv benchmarks/results/h200_fwd.csv \
-	  --md benchmarks/results/h200_fwd.md --plot benchmarks/results/h200_fwd.png
+bench:              ## fwd, bwd, fwd+bwd vs SDPA backends on the FA2-paper grid (needs a GPU) -> benchmarks/results/h200*
+	$(PYTHON) -m flash_attn_cuda.bench --out benchmarks/results --prefix h200
 
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)

@@ -20,6 +20,10 @@ struct BwdTraits {
   static constexpr int kNWarps = kNWarps_;
   static constexpr int kNThreads = kNWarps * 32;
   static_assert(kNWarps % kAtomMSdP == 0 && kNWarps % kAtomNdKV == 0 && kNWarps % kAtomMdQ == 0);
+  // Each MMA's (M, N) tile must divide its operand, or CuTe's partitions would not cover it.
+  static_assert(kBlockM % (16 * kAtomMSdP) == 0 && kBlockN % (16 * (kNWarps / kAtomMSdP)) == 0, "S/dP tile");
+  static_assert(kBlockN % (16 * kAtomNdKV) == 0 && kHeadDim % (16 * (kNWarps / kAtomNdKV)) == 0, "dK/dV tile");
+  static_assert(kBlockM % (16 * kAtomMdQ) == 0 && kHeadDim % (16 * (kNWarps / kAtomMdQ)) == 0, "dQ tile");
 
   // A forward config with the same head dim and thread count: only its atoms are used.
   using Fwd = FwdTraits<kHeadDim, 16 * kNWarps, 16, kNWarps, Element>;

@@ -19,11 +19,18 @@ template <int kHeadDim, typename Element>
 using BwdTraitsFor = BwdTraits<kHeadDim, FLASH_BWD_TUNE_BM, FLASH_BWD_TUNE_BN, FLASH_BWD_TUNE_WARPS,
                                FLASH_BWD_TUNE_SDP, FLASH_BWD_TUNE_DKV, FLASH_BWD_TUNE_DQ, Element>;
 #else
+// Every MMA's N tile (16 * warps along N) must divide its operand: the dK/dV and dQ products
+// span d, so d = 32, 160, 224 keep 4 warps along M there (N tile 32) and d = 64, 192, 256 use
+// 2 (N tile 64, which measured faster at 64 and 256).
 template <int kHeadDim, typename Element>
 using BwdTraitsFor = std::conditional_t<
-    (kHeadDim <= 64), BwdTraits<kHeadDim, 128, 128, 8, 2, 4, 2, Element>,
-    std::conditional_t<(kHeadDim <= 128), BwdTraits<kHeadDim, 64, 128, 8, 2, 4, 4, Element>,
-                       BwdTraits<kHeadDim, 64, 64, 8, 4, 2, 2, Element>>>;
+    (kHeadDim <= 32), BwdTraits<kHeadDim, 128, 128, 8, 2, 4, 4, Element>,
+    std::conditional_t<
+        (kHeadDim <= 64), BwdTraits<kHeadDim, 128, 128, 8, 2, 4, 2, Element>,
+        std::conditional_t<
+            (kHeadDim <= 128), BwdTraits<kHeadDim, 64, 128, 8, 2, 4, 4, Element>,
+            std::conditional_t<(kHeadDim % 64 == 0), BwdTraits<kHeadDim, 64, 64, 8, 4, 2, 2, Element>,
+                               BwdTraits<kHeadDim, 64, 64, 8, 4, 4, 4, Element>>>>>;
 #endif
 
 template <typename Traits>
