@@ -157,6 +157,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   check_input(out, "out");
   check_input(dout, "dout");
   TORCH_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attn_cuda: out and dout must have q's shape");
+  for (const at::Tensor* t : {&k, &v, &out, &dout, &lse}) {
+    TORCH_CHECK(t->device() == q.device(), "flash_attn_cuda: q, k, v, out, dout, lse must be on one device");
+  }
   TORCH_CHECK(dout.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type() &&
                   k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
               "flash_attn_cuda: q, k, v, out, dout must share a dtype");

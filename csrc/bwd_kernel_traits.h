@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernel_traits.h"
+#include "params.h"
 
 namespace flash {
 
@@ -24,6 +25,8 @@ struct BwdTraits {
   static_assert(kBlockM % (16 * kAtomMSdP) == 0 && kBlockN % (16 * (kNWarps / kAtomMSdP)) == 0, "S/dP tile");
   static_assert(kBlockN % (16 * kAtomNdKV) == 0 && kHeadDim % (16 * (kNWarps / kAtomNdKV)) == 0, "dK/dV tile");
   static_assert(kBlockM % (16 * kAtomMdQ) == 0 && kHeadDim % (16 * (kNWarps / kAtomMdQ)) == 0, "dQ tile");
+  // The scratch rows are padded to kBwdRowAlign: Q tiles must not straddle the padding.
+  static_assert(kBwdRowAlign % kBlockM == 0, "kBlockM must divide kBwdRowAlign (params.h)");
 
   // A forward config with the same head dim and thread count: only its atoms are used.
   using Fwd = FwdTraits<kHeadDim, 16 * kNWarps, 16, kNWarps, Element>;

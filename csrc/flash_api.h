@@ -34,7 +34,6 @@ int fwd_shared_memory_bytes(int headdim_rounded);
 // conversion on `stream`. The caller allocates the scratch buffers params.h describes, with
 // params.seqlen_q_rounded = bwd_rows_rounded(seqlen_q), and zeroes dq_accum.
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
-constexpr int kBwdRowAlign = 128;  // a multiple of every backward kBlockM
 constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
 int bwd_shared_memory_bytes(int headdim_rounded);
 

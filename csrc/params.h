@@ -69,6 +69,10 @@ struct FwdParams {
 //             padding rows and rows that see no key, so their P is exactly 0
 // With GQA the kernel writes dk/dv per *query* head (batch, seqlen_k, nheads, headdim); the
 // caller sums each group.
+// Rows of the backward's scratch buffers are padded to a multiple of this (every backward
+// kBlockM divides it; BwdTraits asserts so).
+constexpr int kBwdRowAlign = 128;
+
 struct BwdParams : FwdParams {
   const void* __restrict__ do_ptr = nullptr;
   void* __restrict__ dq_ptr = nullptr;

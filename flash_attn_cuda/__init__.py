@@ -39,8 +39,10 @@ def attention(
             no key get output 0 and LSE -inf.
         softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
         deterministic: make the backward bit-reproducible (dq is otherwise summed with float32
-            atomics in a run-dependent order). Costs extra float32 dq buffers (one per thread
-            block of a (batch, head): about num_SMs / (batch * nheads) of them) and some speed.
+            atomics in a run-dependent order): same bits on every run for the same GPU model,
+            shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
+            head): about num_SMs / (batch * nheads) of them, at most one per 128 keys) and some
+            speed. torch.use_deterministic_algorithms does not switch it on; pass it explicitly.
         return_lse: also return the log-sum-exp of each row's scaled scores.
 
     headdim must be a multiple of 8 and <= 256; only the last dimension of each input must be

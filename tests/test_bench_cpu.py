@@ -149,6 +149,7 @@ def test_replot_backward_tables_from_csv(tmp_path):
 
 
 def test_replot_both_csvs_to_out_dir(tmp_path):
+    pytest.importorskip("matplotlib", reason="--out draws PNGs (CI installs no matplotlib)")
     (tmp_path / "r_bwd.csv").write_text(BWD_CSV)
     (tmp_path / "r_fwd.csv").write_text(
         "impl,dtype,hdim,seqlen,causal,batch,nheads,fwd_ms,fwd_tflops\n"
