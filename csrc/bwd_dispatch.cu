@@ -38,33 +38,26 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   }
 }
 
-int bwd_shared_memory_bytes(int headdim_rounded) {
+// {-1, -1} for a head dim this build did not compile.
+static BwdTileInfo tile_info(int headdim_rounded) {
   switch (headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return bwd_shared_memory_bytes<D>();
+    return bwd_tile_info<D>();
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:
-      return -1;
+      return {};
   }
 }
 
+int bwd_shared_memory_bytes(int headdim_rounded) { return tile_info(headdim_rounded).smem_bytes; }
+
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms) {
-  if (!params.deterministic) { return 1; }
-  int block_n = 0;
-  switch (params.headdim_rounded) {
-#define FLASH_CASE(D)        \
-  case D:                    \
-    block_n = bwd_block_n<D>(); \
-    break;
-    FLASH_FOR_EACH_HDIM(FLASH_CASE)
-#undef FLASH_CASE
-    default:
-      return 1;
-  }
+  const int block_n = tile_info(params.headdim_rounded).block_n;
+  if (!params.deterministic || block_n < 0) { return 1; }
   // One wave of thread blocks (one per SM at these tile sizes), but never more slices than
-  // K/V blocks: each extra slice costs batch * nheads * seqlen_q * headdim_rounded floats.
+  // K/V blocks: each extra slice costs batch * nheads * seqlen_q_rounded * headdim_rounded floats.
   const int n_blocks = (params.seqlen_k + block_n - 1) / block_n;
   const long long heads = static_cast<long long>(params.batch) * params.nheads;
   const int per_head = static_cast<int>((num_sms + heads - 1) / heads);

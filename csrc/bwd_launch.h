@@ -67,14 +67,16 @@ cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   return launch_bwd<BwdTraitsFor<kHeadDim, Element>>(params, stream);
 }
 
-template <int kHeadDim>
-constexpr int bwd_block_n() {
-  return BwdTraitsFor<kHeadDim, cutlass::half_t>::kBlockN;
-}
+// What callers need of a head dim's tiles without launching (the same for both dtypes).
+struct BwdTileInfo {
+  int block_n = -1;     // K/V rows per thread block: deterministic dq_accum splits
+  int smem_bytes = -1;  // dynamic shared memory per thread block
+};
 
 template <int kHeadDim>
-constexpr int bwd_shared_memory_bytes() {
-  return BwdTraitsFor<kHeadDim, cutlass::half_t>::kSmemBytes;
+constexpr BwdTileInfo bwd_tile_info() {
+  using Traits = BwdTraitsFor<kHeadDim, cutlass::half_t>;
+  return {Traits::kBlockN, Traits::kSmemBytes};
 }
 
 }  // namespace flash

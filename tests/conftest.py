@@ -1,5 +1,6 @@
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 
 def pytest_collection_modifyitems(config, items):
@@ -14,3 +15,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped without one")
+
+
+@pytest.fixture
+def fake():
+    """A FakeTensorMode: CUDA tensors without a GPU, as torch.compile sees them while tracing."""
+    with FakeTensorMode() as mode:
+        yield mode

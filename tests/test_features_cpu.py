@@ -324,12 +324,6 @@ DTYPE = flash_attn_cuda.compiled_dtypes()[0]
 OTHER_DTYPE = torch.float16 if DTYPE == torch.bfloat16 else torch.bfloat16
 
 
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
 def t(*shape, dtype=DTYPE, device="cuda"):
     return torch.empty(*shape, dtype=dtype, device=device)
 

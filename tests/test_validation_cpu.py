@@ -2,7 +2,6 @@
 GPU, exactly as torch.compile sees the op while tracing."""
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flash_attn_cuda
 from flash_attn_cuda import attention
@@ -10,12 +9,6 @@ from flash_attn_cuda._validate import check_attention_inputs
 
 HDIM = flash_attn_cuda.compiled_head_dims()[0]
 DTYPE = flash_attn_cuda.compiled_dtypes()[0]
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
 
 
 def t(*shape, dtype=DTYPE, device="cuda"):

@@ -299,23 +299,6 @@ Result bench_any(const Options& o, int num_sms) {
   return o.dtype == flash::DType::kBFloat16 ? bench_one<__nv_bfloat16>(o, num_sms) : bench_one<__half>(o, num_sms);
 }
 
-// kExitUnsupported with a message when this build has no kernel for o's head dim and dtype.
-int check_compiled(const Options& o) {
-  const std::vector<flash::DType> dtypes = flash::compiled_dtypes();
-  if (flash::round_head_dim(o.hdim) < 0) {
-    const std::vector<int> hdims = flash::compiled_head_dims();
-    std::fprintf(stderr, "bench_bwd: head dim %d is not compiled into this build (largest: %d; see --compiled)\n",
-                 o.hdim, hdims.empty() ? 0 : hdims.back());
-    return bench::kExitUnsupported;
-  }
-  if (std::find(dtypes.begin(), dtypes.end(), o.dtype) == dtypes.end()) {
-    std::fprintf(stderr, "bench_bwd: dtype %s is not compiled into this build (see --compiled)\n",
-                 bench::dtype_name(o.dtype));
-    return bench::kExitUnsupported;
-  }
-  return 0;
-}
-
 // kExitUnsupported with a message when a forward or backward block does not fit this GPU.
 int check_shared_memory(const Options& o, int device) {
   int optin = 0;
@@ -340,7 +323,7 @@ int main(int argc, char** argv) {
   if (int rc = bench::parse(argc, argv, o, "bench_bwd", /*with_deterministic=*/true)) return rc;
   if (o.help) { std::printf("%s", kUsage); return 0; }
   if (o.list_compiled) { bench::print_compiled(flash::compiled_head_dims(), flash::compiled_dtypes()); return 0; }
-  if (int rc = check_compiled(o)) return rc;
+  if (int rc = bench::check_compiled(o, "bench_bwd", flash::compiled_head_dims(), flash::compiled_dtypes())) return rc;
   bench::require_gpu("bench_bwd");
   int device = 0, num_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));

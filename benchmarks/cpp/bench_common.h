@@ -130,6 +130,23 @@ inline void print_compiled(const std::vector<int>& hdims, const std::vector<flas
   std::printf("\n");
 }
 
+// kExitUnsupported with a message when a build with these head dims and dtypes has no kernel for
+// o's head dim (none >= it) or dtype.
+inline int check_compiled(const Options& o, const char* prog, const std::vector<int>& hdims,
+                          const std::vector<flash::DType>& dtypes) {
+  if (std::none_of(hdims.begin(), hdims.end(), [&](int d) { return d >= o.hdim; })) {
+    std::fprintf(stderr, "%s: head dim %d is not compiled into this build (largest: %d; see --compiled)\n", prog,
+                 o.hdim, hdims.empty() ? 0 : *std::max_element(hdims.begin(), hdims.end()));
+    return kExitUnsupported;
+  }
+  if (std::find(dtypes.begin(), dtypes.end(), o.dtype) == dtypes.end()) {
+    std::fprintf(stderr, "%s: dtype %s is not compiled into this build (see --compiled)\n", prog,
+                 dtype_name(o.dtype));
+    return kExitUnsupported;
+  }
+  return 0;
+}
+
 // Exits kExitError with "<prog>: no CUDA GPU found" when there is none.
 inline void require_gpu(const char* prog) {
   int devices = 0;

@@ -176,23 +176,6 @@ std::vector<flash::DType> compiled_dtypes() {
 #endif
 }
 
-// kExitUnsupported with a message when this build has no kernel for o's head dim and dtype.
-int check_compiled(const Options& o) {
-  const std::vector<int> hdims = compiled_head_dims();
-  const std::vector<flash::DType> dtypes = compiled_dtypes();
-  if (hdims.empty() || hdims.back() < o.hdim) {
-    std::fprintf(stderr, "bench_fwd: head dim %d is not compiled into this build (largest: %d; see --compiled)\n",
-                 o.hdim, hdims.empty() ? 0 : hdims.back());
-    return bench::kExitUnsupported;
-  }
-  if (std::find(dtypes.begin(), dtypes.end(), o.dtype) == dtypes.end()) {
-    std::fprintf(stderr, "bench_fwd: dtype %s is not compiled into this build (see --compiled)\n",
-                 bench::dtype_name(o.dtype));
-    return bench::kExitUnsupported;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,7 +183,7 @@ int main(int argc, char** argv) {
   if (int rc = bench::parse(argc, argv, o, "bench_fwd", /*with_deterministic=*/false)) return rc;
   if (o.help) { std::printf("%s", kUsage); return 0; }
   if (o.list_compiled) { bench::print_compiled(compiled_head_dims(), compiled_dtypes()); return 0; }
-  if (int rc = check_compiled(o)) return rc;
+  if (int rc = bench::check_compiled(o, "bench_fwd", compiled_head_dims(), compiled_dtypes())) return rc;
   bench::require_gpu("bench_fwd");
 #ifndef BENCH_HDIM
   int device = 0, smem_optin = 0;
