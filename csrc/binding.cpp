@@ -57,9 +57,29 @@ float checked_scale(double softmax_scale) {
   return scale;
 }
 
-// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, dtype.
+// Attention options both ops take after softmax_scale: the visible-key window and softcap.
+struct Options {
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+};
+
+// One side of the window: -1 (unbounded) or a key count; anything past the longest sequence
+// is unbounded too, which keeps the kernels' int32 window arithmetic in range.
+int window_side(int64_t w, const char* name) {
+  TORCH_CHECK(w >= -1, "flash_attn_cuda: window_size ", name, " must be -1 (unbounded) or >= 0, got ", num(w));
+  return w > flash::kMaxSeqlen ? -1 : static_cast<int>(w);
+}
+
+float checked_softcap(double softcap) {
+  TORCH_CHECK(softcap == 0.0 || (std::isnormal(static_cast<float>(softcap)) && softcap > 0.0),
+              "flash_attn_cuda: softcap must be 0 (off) or a positive normal float32, got ", num(softcap));
+  return static_cast<float>(softcap);
+}
+
+// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, softcap, dtype.
 void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, bool causal,
+                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, const Options& opt,
                      int headdim_rounded) {
   p.q_ptr = q.data_ptr();
   p.k_ptr = k.data_ptr();
@@ -78,16 +98,22 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
   p.headdim = static_cast<int>(q.size(3));
   p.headdim_rounded = headdim_rounded;
   p.softmax_scale = checked_scale(softmax_scale);
-  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
-  p.window_left = -1;
-  p.window_right = causal ? 0 : -1;
+  p.softcap = checked_softcap(opt.softcap);
+  p.softcap_tanh_scale = p.softcap > 0.f ? static_cast<float>(softmax_scale / opt.softcap) : 0.f;
+  // Scores live in units of softcap when it is on (score_mods.h).
+  p.scale_log2 = static_cast<float>((p.softcap > 0.f ? opt.softcap : softmax_scale) * M_LOG2E);
+  // causal = right edge on the diagonal; a left window stays as given.
+  p.window_left = window_side(opt.window_left, "left");
+  p.window_right = opt.causal ? 0 : window_side(opt.window_right, "right");
   p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
 }
 
 // deterministic only matters to the backward; the forward takes it so that autograd's context
 // (which sees the forward's inputs) can hand it on.
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       double softmax_scale, bool causal, bool /*deterministic*/) {
+                                       double softmax_scale, bool causal, bool /*deterministic*/,
+                                       int64_t window_left, int64_t window_right, double softcap) {
+  const Options opt{causal, window_left, window_right, softcap};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -109,6 +135,9 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
               "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
               num(seqlen_q), " and ", num(seqlen_k));
   checked_scale(softmax_scale);  // before any allocation
+  checked_softcap(softcap);
+  window_side(window_left, "left");
+  window_side(window_right, "right");
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
               " is larger than every head dim compiled into this build");
@@ -133,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   }
 
   flash::FwdParams p;
-  fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
+  fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
   const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
               q.scalar_type(), " and head dim ", num(int64_t(headdim_rounded)));
@@ -150,7 +179,9 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
 // gradients run to run, at the cost of num_dq_splits float32 copies of dq (see params.h).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                                   double softmax_scale, bool causal, bool deterministic) {
+                                                   double softmax_scale, bool causal, bool deterministic,
+                                                   int64_t window_left, int64_t window_right, double softcap) {
+  const Options opt{causal, window_left, window_right, softcap};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -174,6 +205,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen && batch <= 65535 && nheads <= 65535,
               "flash_attn_cuda: sizes out of range");
   checked_scale(softmax_scale);  // before any allocation
+  checked_softcap(softcap);
+  window_side(window_left, "left");
+  window_side(window_right, "right");
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
 
@@ -195,7 +229,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
     dv_full.zero_();
   } else {
     flash::BwdParams p;
-    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
+    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
     p.deterministic = deterministic;
     p.num_dq_splits = flash::bwd_dq_accum_splits(p, props->multiProcessorCount);
     p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
@@ -246,14 +280,15 @@ std::vector<std::string> compiled_dtypes() {
 }  // namespace
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
-  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False) "
-        "-> (Tensor out, Tensor lse)");
+  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False, "
+        "int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor out, Tensor lse)");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
-        "bool deterministic=False) -> (Tensor dq, Tensor dk, Tensor dv)");
+        "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0) "
+        "-> (Tensor dq, Tensor dk, Tensor dv)");
 #endif
 }
 

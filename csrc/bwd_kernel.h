@@ -17,6 +17,7 @@
 #include "copy_utils.h"
 #include "mask.h"
 #include "params.h"
+#include "score_mods.h"
 #include "tensor_utils.h"
 
 namespace flash {
@@ -116,12 +117,17 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   const VisibleKeys vk(params.seqlen_q, params.seqlen_k, params.window_left, params.window_right);
 
   // Q blocks with a row that sees a key of this K/V block: row i sees key j iff
-  // j <= i + shift + window_right, so rows before n_block*kBlockN - shift - window_right see none.
-  const int m_max = (params.seqlen_q + kBlockM - 1) / kBlockM;
+  // i + shift - window_left <= j <= i + shift + window_right, so rows before
+  // n_block*kBlockN - shift - window_right and after last_key - shift + window_left see none.
+  int m_max = (params.seqlen_q + kBlockM - 1) / kBlockM;
   int m_min = 0;
   if (params.window_right >= 0) {
     const int first_row = n_block * kBlockN - vk.shift - params.window_right;
     m_min = first_row <= 0 ? 0 : first_row / kBlockM;
+  }
+  if (params.window_left >= 0) {
+    const int last_row = n_block * kBlockN + kBlockN - 1 - vk.shift + params.window_left;
+    m_max = last_row < 0 ? 0 : min(m_max, last_row / kBlockM + 1);
   }
 
   // ---------------------------------------------------------------- GLOBAL TILES
@@ -281,6 +287,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     clear(acc_s);
     gemm_ss(acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(stage_q(stage)), tSsK, mma_sdp,
             copy_a_sdp, copy_b_sdp);
+    apply_softcap(acc_s, params);
     if (KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n_block)) {
       apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN);
     }
@@ -305,6 +312,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
         acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
       }
     }
+    apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params);
 
     // P and dS to shared memory: the dK/dV and dQ products read them transposed / by other warps.
     Tensor rP = convert_type<Element>(acc_s);

@@ -10,6 +10,7 @@
 #include "kernel_traits.h"
 #include "mask.h"
 #include "params.h"
+#include "score_mods.h"
 #include "softmax.h"
 #include "tensor_utils.h"
 
@@ -141,9 +142,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   // dim by measurement (fwd_tile_config.h): ptxas spills differently in each.
   auto needs_mask = [&](int n) { return KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n); };
   if constexpr (Traits::kSplitMaskedLoop) {
-    // Split: the masked blocks (ragged end, diagonal) run first in their own loop; the
-    // interior loop carries no mask or row-check code. A left window edge would need a masked
-    // tail loop as well: run_fwd rejects window_left >= 0 until that lands.
+    // Split: the masked blocks (ragged end, diagonal, right window edge) run first in their
+    // own loop; the interior loop carries no mask or row-check code; blocks crossing a left
+    // window edge run last, masked again.
     auto step = [&](int n, auto masked) __attribute__((always_inline)) {
       Tensor acc_s = partition_fragment_C(tiled_mma, TileS{});                   // (MMA, MMA_M, MMA_N) fp32
       Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));  // (rows, kBlockN)
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n, masked);   // only a masked block can be ragged
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
+      apply_softcap(acc_s, params);
       if constexpr (decltype(masked)::value) {
         apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN);
       }
@@ -167,10 +169,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));        // (MMA, MMA_M, kBlockN/16)
       gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                 // O += P V
     };
+    // First block that a left window edge does not cut (range.n_min when there is none).
+    const int n_left = max(range.n_min, KvBlockRange<kBlockM, kBlockN>::first_block_past_left_edge(vk, m_block));
     CUTE_NO_UNROLL
     for (; n_block >= range.n_min && needs_mask(n_block); --n_block) { step(n_block, true_type{}); }
     CUTE_NO_UNROLL
-    for (; n_block >= range.n_min; --n_block) { step(n_block, false_type{}); }
+    for (; n_block >= n_left; --n_block) { step(n_block, false_type{}); }
+    CUTE_NO_UNROLL
+    for (; n_block >= range.n_min; --n_block) { step(n_block, true_type{}); }
   } else {
     // Single loop, mask decided per block at run time, every load checks rows. The body is
     // written out here rather than shared with `step` above: the shared-lambda form of this
@@ -185,6 +191,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n_block, true_type{});
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
+      apply_softcap(acc_s, params);
       if (needs_mask(n_block)) { apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN); }
       cp_async_wait<0>();
       __syncthreads();
@@ -201,7 +208,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
 
   // ---------------------------------------------------------------- EPILOGUE
   Tensor lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});                  // (rows)
-  softmax.finalize(acc_o_rc, lse, params.softmax_scale);
+  softmax.finalize(acc_o_rc, lse, score_unit(params));
 
   // LSE: the first thread of each quad owns its rows.
   if (get<1>(tScS_rc(0, 0)) == 0) {

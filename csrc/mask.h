@@ -49,6 +49,15 @@ struct KvBlockRange {
     }
   }
 
+  // The first K/V block whose keys all lie right of the left window edge for every row of Q
+  // tile m_block (n_min when there is no left window): blocks below it need the mask.
+  CUTE_HOST_DEVICE static int first_block_past_left_edge(VisibleKeys const& vk, int m_block) {
+    if (vk.window_left < 0) { return 0; }
+    const int last_row = m_block * kBlockM + kBlockM - 1;
+    const int edge = last_row + vk.shift - vk.window_left;  // the last row's first visible key
+    return edge <= 0 ? 0 : (edge + kBlockN - 1) / kBlockN;
+  }
+
   // True when some element of the (m_block, n_block) tile is invisible: only those tiles pay
   // for the element mask.
   CUTE_HOST_DEVICE static bool needs_mask(VisibleKeys const& vk, int m_block, int n_block) {

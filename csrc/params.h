@@ -16,8 +16,8 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 //   out: like q
 //   lse: (batch, nheads, seqlen_q) float32, contiguous
 //
-// Fields marked "reserved" exist so that varlen and softcap can be added without reshaping
-// the struct; the current kernels require them at their defaults (checked by the binding).
+// Fields marked "reserved" exist so that varlen can be added without reshaping the struct;
+// the current kernels require them at their defaults (params_supported).
 struct FwdParams {
   // ---- pointers
   const void* __restrict__ q_ptr = nullptr;
@@ -43,7 +43,8 @@ struct FwdParams {
 
   // ---- softmax
   float softmax_scale = 0.f;       // usually 1/sqrt(d)
-  float scale_log2 = 0.f;          // softmax_scale * log2(e): scores go straight into exp2
+  float scale_log2 = 0.f;          // score unit * log2(e): softmax_scale * log2(e), or softcap * log2(e)
+                                   // when softcap > 0 (score_mods.h); scores go straight into exp2
 
   // ---- masking. Key j is visible to query i (bottom-right aligned, as flash-attn >= 2.1) iff
   //   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
@@ -51,10 +52,13 @@ struct FwdParams {
   int window_left = -1;
   int window_right = -1;
 
+  // ---- score modifiers (score_mods.h)
+  float softcap = 0.f;                // > 0: scaled scores s -> softcap * tanh(s / softcap)
+  float softcap_tanh_scale = 0.f;     // softmax_scale / softcap when softcap > 0 (tanh's argument per q.k)
+
   // ---- reserved for later features
   const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
   const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
-  float softcap = 0.f;                // > 0: scores -> softcap * tanh(scores / softcap) (reserved)
 
   DType dtype = DType::kBFloat16;
 };

@@ -11,7 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ._ops import compiled_dtypes, compiled_head_dims
-from ._validate import check_attention_inputs, check_softmax_scale
+from ._validate import check_attention_inputs, check_softcap, check_softmax_scale, check_window_size
 
 __version__ = "0.1.0"
 __all__ = ["attention", "compiled_head_dims", "compiled_dtypes", "__version__"]
@@ -24,6 +24,8 @@ def attention(
     *,
     causal: bool = False,
     softmax_scale: Optional[float] = None,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     deterministic: bool = False,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
@@ -38,6 +40,11 @@ def attention(
             (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
             no key get output 0 and LSE -inf.
         softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
+        window_size: (left, right) sliding window: query i sees keys j with
+            i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; -1 = unbounded
+            on that side. causal=True sets right = 0. K/V blocks outside the window are skipped.
+        softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap) (Gemma-2 style);
+            0 = off.
         deterministic: make the backward bit-reproducible (dq is otherwise summed with float32
             atomics in a run-dependent order): same bits on every run for the same GPU model,
             shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
@@ -58,5 +65,7 @@ def attention(
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
     softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
-    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic))
+    window_left, window_right = check_window_size(window_size, causal)
+    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
+                                             window_left, window_right, check_softcap(softcap))
     return (out, lse) if return_lse else out

@@ -125,11 +125,11 @@ def test_autograd_wiring(fake):
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
     ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse),
-                                softmax_scale=0.1, causal=True, deterministic=False)
+                                options=(0.1, True, False, -1, 0, 0.0))
     if _ops.HAS_BACKWARD:
         dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None, None, None]  # softmax_scale, causal, deterministic
+        assert nones == [None] * 6  # softmax_scale, causal, deterministic, window_left/right, softcap
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
             _ops._fwd_backward(ctx, torch.empty_like(out), None)

@@ -1,0 +1,114 @@
+"""Sliding window and softcap on the GPU, forward and backward, against the float32 reference
+(flash_attn_cuda.reference.attention_ref) with FA2's tolerance rule: our max error is at most
+twice PyTorch's own low-precision error plus a small epsilon. Outputs are poisoned first."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if torch.cuda.is_available():
+    import flash_attn_cuda
+    from flash_attn_cuda import attention
+    from flash_attn_cuda.reference import attention_ref
+
+    HDIMS = flash_attn_cuda.compiled_head_dims()
+    DTYPES = flash_attn_cuda.compiled_dtypes()
+    HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
+else:
+    HDIMS, DTYPES, HAS_BACKWARD = (64,), (torch.bfloat16,), False
+
+SEQLENS = [(1, 1), (113, 203), (256, 256), (1000, 255), (255, 1000), (1337, 1337)]
+# (window_size, causal, softcap)
+OPTIONS = [((32, -1), False, 0.0), ((-1, 17), False, 0.0), ((64, 64), False, 0.0), ((200, 0), False, 0.0),
+           ((100, -1), True, 0.0), ((0, 0), False, 0.0), ((-1, -1), False, 30.0), ((-1, -1), True, 5.0),
+           ((48, 8), False, 20.0)]
+
+
+def _poison(shape, dtype):
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
+    del blocks
+
+
+def _ref(q, k, v, causal, window_size, softcap, compute_dtype):
+    return attention_ref(q, k, v, causal, compute_dtype=compute_dtype, window_size=window_size, softcap=softcap)
+
+
+def check_forward(q, k, v, window_size, causal, softcap):
+    _poison(q.shape, q.dtype)
+    out, lse = attention(q, k, v, causal=causal, window_size=window_size, softcap=softcap, return_lse=True)
+    ref, ref_lse = _ref(q, k, v, causal, window_size, softcap, torch.float32)
+    ref_lowp, _ = _ref(q, k, v, causal, window_size, softcap, None)
+    assert not out.isnan().any(), "output has NaN (unwritten or wrong)"
+    err = (out.float() - ref).abs().max().item()
+    err_pt = (ref_lowp.float() - ref).abs().max().item()
+    assert err <= 2 * err_pt + 1e-4, f"max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
+    empty = ref_lse == float("-inf")
+    assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
+    if (~empty).any():
+        lse_err = ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item()
+        assert lse_err <= 2e-3 if softcap else lse_err <= 1e-4, f"LSE relative error {lse_err:.3e}"
+
+
+def check_backward(q, k, v, window_size, causal, softcap):
+    dout = torch.randn_like(q)
+
+    def grads(fn, dout):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        return torch.autograd.grad(fn(*leaves), leaves, dout)
+
+    ours = grads(lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, softcap=softcap), dout)
+    ref = grads(lambda a, b, c: _ref(a, b, c, causal, window_size, softcap, torch.float32)[0], dout.float())
+    lowp = grads(lambda a, b, c: _ref(a, b, c, causal, window_size, softcap, None)[0], dout)
+    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref, lowp):
+        assert not g.isnan().any(), f"{name} has NaN"
+        err = (g.float() - r).abs().max().item()
+        err_pt = (l.float() - r).abs().max().item()
+        assert err <= 2 * err_pt + 1e-4, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("window_size,causal,softcap", OPTIONS, ids=str)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+def test_forward_options(seqlen_q, seqlen_k, window_size, causal, softcap, hdim, dtype):
+    torch.manual_seed(seqlen_q + seqlen_k + hdim)
+    q = torch.randn(2, seqlen_q, 3, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    check_forward(q, k, v, window_size, causal, softcap)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("window_size,causal,softcap", OPTIONS, ids=str)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1000, 255), (1337, 1337)])
+def test_backward_options(seqlen_q, seqlen_k, window_size, causal, softcap, hdim, dtype):
+    if not HAS_BACKWARD:
+        pytest.skip("built with FLASH_ATTN_CUDA_BACKWARD=0")
+    torch.manual_seed(seqlen_q + 7 * seqlen_k + hdim)
+    q = torch.randn(2, seqlen_q, 3, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    check_backward(q, k, v, window_size, causal, softcap)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_with_window_and_softcap(causal):
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(2, 300, 8, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 333, 2, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, 333, 2, hdim, device="cuda", dtype=dtype)
+    check_forward(q, k, v, (40, 10), causal, 15.0)
+    if HAS_BACKWARD:
+        check_backward(q, k, v, (40, 10), causal, 15.0)
+
+
+def test_compile_with_options():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v = (torch.randn(2, 256, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
+
+    def f(q, k, v):
+        return attention(q, k, v, window_size=(64, 0), softcap=10.0)
+
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(q, k, v), f(q, k, v), rtol=0, atol=0)
+    torch.library.opcheck(torch.ops.flash_attn_cuda.fwd.default, (q, k, v, hdim ** -0.5, False, False, 64, 0, 10.0))
