@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 // The work of one thread block for K/V block n_block of (head, batch): dK, dV of its keys, and
 // its share of dQ added into dq_accum (this thread block's slice, (batch, nheads,
 // seqlen_q_rounded, headdim_rounded) fp32).
-template <typename Traits>
+template <typename Traits, bool kMods>
 CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_accum, int n_block, int head,
                               int batch) {
   using Element = typename Traits::Element;
@@ -125,9 +125,11 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     const int first_row = n_block * kBlockN - vk.shift - params.window_right;
     m_min = first_row <= 0 ? 0 : first_row / kBlockM;
   }
-  if (params.window_left >= 0) {
-    const int last_row = n_block * kBlockN + kBlockN - 1 - vk.shift + params.window_left;
-    m_max = last_row < 0 ? 0 : min(m_max, last_row / kBlockM + 1);
+  if constexpr (kMods) {
+    if (params.window_left >= 0) {
+      const int last_row = n_block * kBlockN + kBlockN - 1 - vk.shift + params.window_left;
+      m_max = last_row < 0 ? 0 : min(m_max, last_row / kBlockM + 1);
+    }
   }
 
   // ---------------------------------------------------------------- GLOBAL TILES
@@ -287,7 +289,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     clear(acc_s);
     gemm_ss(acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(stage_q(stage)), tSsK, mma_sdp,
             copy_a_sdp, copy_b_sdp);
-    apply_softcap(acc_s, params);
+    if constexpr (kMods) { apply_softcap(acc_s, params); }
     if (KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n_block)) {
       apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN);
     }
@@ -312,7 +314,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
         acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
       }
     }
-    apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params);
+    if constexpr (kMods) { apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params); }
 
     // P and dS to shared memory: the dK/dV and dQ products read them transposed / by other warps.
     Tensor rP = convert_type<Element>(acc_s);
@@ -359,14 +361,15 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
 // adding into one dq_accum slice. Deterministic: gridDim.x = num_dq_splits; thread block s
 // handles K/V blocks s, s + num_dq_splits, ... in that order and owns dq_accum slice s, so each
 // dq_accum address receives its adds from one thread in a fixed order.
-template <typename Traits>
+// kMods: as fwd_kernel's (softcap or a left window edge get their own instantiation).
+template <typename Traits, bool kMods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const int64_t split_stride = int64_t(params.batch) * params.nheads * params.seqlen_q_rounded * params.headdim_rounded;
   float* dq_accum = params.dq_accum_ptr + (params.deterministic ? blockIdx.x * split_stride : 0);
   for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x) {
-    bwd_kv_block<Traits>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
+    bwd_kv_block<Traits, kMods>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
     __syncthreads();  // shared memory is reused by the next K/V block
   }
 }

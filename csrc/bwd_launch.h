@@ -45,7 +45,8 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
-  auto kernel = &bwd_kernel<Traits>;
+  const bool mods = params.softcap > 0.f || params.window_left >= 0;
+  auto kernel = mods ? &bwd_kernel<Traits, true> : &bwd_kernel<Traits, false>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

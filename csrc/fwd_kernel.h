@@ -33,7 +33,11 @@ CUTE_DEVICE void write_empty_tile(GO& gO, Lse& gLse, int valid_rows, int headdim
   for (int row = tid; row < valid_rows; row += Traits::kNThreads) { gLse(row) = -INFINITY; }
 }
 
-template <typename Traits>
+// kMods: score modifiers (softcap) or a left window edge may be present. The plain
+// instantiation (kMods = false) compiles none of their code: at 255 registers any extra
+// runtime branch in the main loop reshuffled ptxas's allocation into spills (measured: 0 -> 44-64 B
+// in the d=128 backward), so the features get their own instantiation, picked at launch.
+template <typename Traits, bool kMods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_constant__ const FwdParams params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n, masked);   // only a masked block can be ragged
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
-      apply_softcap(acc_s, params);
+      if constexpr (kMods) { apply_softcap(acc_s, params); }
       if constexpr (decltype(masked)::value) {
         apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN);
       }
@@ -169,14 +173,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));        // (MMA, MMA_M, kBlockN/16)
       gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                 // O += P V
     };
-    // First block that a left window edge does not cut (range.n_min when there is none).
-    const int n_left = max(range.n_min, KvBlockRange<kBlockM, kBlockN>::first_block_past_left_edge(vk, m_block));
     CUTE_NO_UNROLL
     for (; n_block >= range.n_min && needs_mask(n_block); --n_block) { step(n_block, true_type{}); }
-    CUTE_NO_UNROLL
-    for (; n_block >= n_left; --n_block) { step(n_block, false_type{}); }
-    CUTE_NO_UNROLL
-    for (; n_block >= range.n_min; --n_block) { step(n_block, true_type{}); }
+    if constexpr (kMods) {
+      // First block that a left window edge does not cut (range.n_min when there is none).
+      const int n_left = max(range.n_min, KvBlockRange<kBlockM, kBlockN>::first_block_past_left_edge(vk, m_block));
+      CUTE_NO_UNROLL
+      for (; n_block >= n_left; --n_block) { step(n_block, false_type{}); }
+      CUTE_NO_UNROLL
+      for (; n_block >= range.n_min; --n_block) { step(n_block, true_type{}); }
+    } else {
+      CUTE_NO_UNROLL
+      for (; n_block >= range.n_min; --n_block) { step(n_block, false_type{}); }
+    }
   } else {
     // Single loop, mask decided per block at run time, every load checks rows. The body is
     // written out here rather than shared with `step` above: the shared-lambda form of this
@@ -191,7 +200,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n_block, true_type{});
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
-      apply_softcap(acc_s, params);
+      if constexpr (kMods) { apply_softcap(acc_s, params); }
       if (needs_mask(n_block)) { apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN); }
       cp_async_wait<0>();
       __syncthreads();
@@ -208,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
 
   // ---------------------------------------------------------------- EPILOGUE
   Tensor lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});                  // (rows)
-  softmax.finalize(acc_o_rc, lse, score_unit(params));
+  softmax.finalize(acc_o_rc, lse, kMods ? score_unit(params) : params.softmax_scale);
 
   // LSE: the first thread of each quad owns its rows.
   if (get<1>(tScS_rc(0, 0)) == 0) {

@@ -12,7 +12,9 @@ namespace flash {
 
 template <typename Traits>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
-  auto kernel = &fwd_kernel<Traits>;
+  // The plain instantiation unless softcap or a left window edge needs the other (fwd_kernel.h).
+  const bool mods = params.softcap > 0.f || params.window_left >= 0;
+  auto kernel = mods ? &fwd_kernel<Traits, true> : &fwd_kernel<Traits, false>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {
     // Above 48 KB a block must opt in to the larger dynamic shared-memory carve-out.
