@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <string>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -62,7 +63,20 @@ struct Options {
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   double softcap = 0.0;
+  const std::optional<at::Tensor>* alibi_slopes = nullptr;
 };
+
+// alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads); not with softcap.
+void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, double softcap) {
+  if (!slopes.has_value()) { return; }
+  const at::Tensor& s = *slopes;
+  TORCH_CHECK(softcap == 0.0, "flash_attn_cuda: alibi_slopes together with softcap is not supported");
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.device() == q.device(),
+              "flash_attn_cuda: alibi_slopes must be a contiguous float32 tensor on q's device");
+  const bool per_head = s.dim() == 1 && s.size(0) == q.size(2);
+  const bool per_batch = s.dim() == 2 && s.size(0) == q.size(0) && s.size(1) == q.size(2);
+  TORCH_CHECK(per_head || per_batch, "flash_attn_cuda: alibi_slopes must be (nheads,) or (batch, nheads)");
+}
 
 // One side of the window: -1 (unbounded) or a key count; anything past the longest sequence
 // is unbounded too, which keeps the kernels' int32 window arithmetic in range.
@@ -102,6 +116,11 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
   p.softcap_tanh_scale = p.softcap > 0.f ? static_cast<float>(softmax_scale / opt.softcap) : 0.f;
   // Scores live in units of softcap when it is on (score_mods.h).
   p.scale_log2 = static_cast<float>((p.softcap > 0.f ? opt.softcap : softmax_scale) * M_LOG2E);
+  if (opt.alibi_slopes != nullptr && opt.alibi_slopes->has_value()) {
+    const at::Tensor& s = **opt.alibi_slopes;
+    p.alibi_slopes_ptr = s.data_ptr<float>();
+    p.alibi_slopes_batch_stride = s.dim() == 2 ? s.stride(0) : 0;
+  }
   // causal = right edge on the diagonal; a left window stays as given.
   p.window_left = window_side(opt.window_left, "left");
   p.window_right = opt.causal ? 0 : window_side(opt.window_right, "right");
@@ -112,8 +131,9 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
 // (which sees the forward's inputs) can hand it on.
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                        double softmax_scale, bool causal, bool /*deterministic*/,
-                                       int64_t window_left, int64_t window_right, double softcap) {
-  const Options opt{causal, window_left, window_right, softcap};
+                                       int64_t window_left, int64_t window_right, double softcap,
+                                       const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -138,6 +158,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   checked_softcap(softcap);
   window_side(window_left, "left");
   window_side(window_right, "right");
+  check_alibi(alibi_slopes, q, softcap);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
               " is larger than every head dim compiled into this build");
@@ -180,8 +201,9 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                                    double softmax_scale, bool causal, bool deterministic,
-                                                   int64_t window_left, int64_t window_right, double softcap) {
-  const Options opt{causal, window_left, window_right, softcap};
+                                                   int64_t window_left, int64_t window_right, double softcap,
+                                                   const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -208,6 +230,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   checked_softcap(softcap);
   window_side(window_left, "left");
   window_side(window_right, "right");
+  check_alibi(alibi_slopes, q, softcap);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
 
@@ -281,14 +304,15 @@ std::vector<std::string> compiled_dtypes() {
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False, "
-        "int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor out, Tensor lse)");
+        "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) "
+        "-> (Tensor out, Tensor lse)");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
-        "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0) "
-        "-> (Tensor dq, Tensor dk, Tensor dv)");
+        "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
+        "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
 #endif
 }
 

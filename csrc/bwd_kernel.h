@@ -262,6 +262,8 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   Tensor tdQsKt = copy_b_dq.get_thread_slice(tid).partition_S(sKt);
 
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
+  float alibi_slope = 0.f;  // score units; only the kMods instantiation reads it
+  if constexpr (kMods) { alibi_slope = alibi_slope_units(params, batch, head); }
 
   // ---------------------------------------------------------------- MAIN LOOP over Q blocks
   CUTE_NO_UNROLL
@@ -289,7 +291,10 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     clear(acc_s);
     gemm_ss(acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(stage_q(stage)), tSsK, mma_sdp,
             copy_a_sdp, copy_b_sdp);
-    if constexpr (kMods) { apply_softcap(acc_s, params); }
+    if constexpr (kMods) {
+      apply_softcap(acc_s, params);
+      apply_alibi(acc_s_rc, tScS_rc, alibi_slope, m_block * kBlockM, n_block * kBlockN, vk.shift);
+    }
     if (KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n_block)) {
       apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN);
     }
@@ -361,7 +366,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
 // adding into one dq_accum slice. Deterministic: gridDim.x = num_dq_splits; thread block s
 // handles K/V blocks s, s + num_dq_splits, ... in that order and owns dq_accum slice s, so each
 // dq_accum address receives its adds from one thread in a fixed order.
-// kMods: as fwd_kernel's (softcap or a left window edge get their own instantiation).
+// kMods: as fwd_kernel's (softcap, ALiBi or a left window edge get their own instantiation).
 template <typename Traits, bool kMods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];

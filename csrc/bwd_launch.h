@@ -45,7 +45,7 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
-  const bool mods = params.softcap > 0.f || params.window_left >= 0;
+  const bool mods = params.softcap > 0.f || params.window_left >= 0 || params.alibi_slopes_ptr != nullptr;
   auto kernel = mods ? &bwd_kernel<Traits, true> : &bwd_kernel<Traits, false>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {

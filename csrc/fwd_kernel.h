@@ -33,7 +33,7 @@ CUTE_DEVICE void write_empty_tile(GO& gO, Lse& gLse, int valid_rows, int headdim
   for (int row = tid; row < valid_rows; row += Traits::kNThreads) { gLse(row) = -INFINITY; }
 }
 
-// kMods: score modifiers (softcap) or a left window edge may be present. The plain
+// kMods: score modifiers (softcap, ALiBi) or a left window edge may be present. The plain
 // instantiation (kMods = false) compiles none of their code: at 255 registers any extra
 // runtime branch in the main loop reshuffled ptxas's allocation into spills (measured: 0 -> 44-64 B
 // in the d=128 backward), so the features get their own instantiation, picked at launch.
@@ -132,6 +132,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
 
   constexpr int kRowsPerThread = decltype(size<0>(acc_o_rc))::value;
   OnlineSoftmax<kRowsPerThread> softmax;
+  float alibi_slope = 0.f;  // score units; only the kMods instantiation reads it
+  if constexpr (kMods) { alibi_slope = alibi_slope_units(params, batch, head); }
 
   // ---------------------------------------------------------------- PROLOGUE
   // Blocks run from the last K/V block down, so the masked (diagonal / ragged) blocks come first.
@@ -158,7 +160,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n, masked);   // only a masked block can be ragged
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
-      if constexpr (kMods) { apply_softcap(acc_s, params); }
+      if constexpr (kMods) {
+        apply_softcap(acc_s, params);
+        apply_alibi(acc_s_rc, tScS_rc, alibi_slope, m_block * kBlockM, n * kBlockN, vk.shift);
+      }
       if constexpr (decltype(masked)::value) {
         apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN);
       }
@@ -200,7 +205,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n_block, true_type{});
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
-      if constexpr (kMods) { apply_softcap(acc_s, params); }
+      if constexpr (kMods) {
+        apply_softcap(acc_s, params);
+        apply_alibi(acc_s_rc, tScS_rc, alibi_slope, m_block * kBlockM, n_block * kBlockN, vk.shift);
+      }
       if (needs_mask(n_block)) { apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN); }
       cp_async_wait<0>();
       __syncthreads();

@@ -55,6 +55,11 @@ struct FwdParams {
   // ---- score modifiers (score_mods.h)
   float softcap = 0.f;                // > 0: scaled scores s -> softcap * tanh(s / softcap)
   float softcap_tanh_scale = 0.f;     // softmax_scale / softcap when softcap > 0 (tanh's argument per q.k)
+  // ALiBi: query head h of batch b adds -slope * |i + seqlen_k - seqlen_q - j| to its scaled
+  // scores, slope = alibi_slopes_ptr[b * alibi_slopes_batch_stride + h] (float32; stride 0 for
+  // one slope per head). Not combined with softcap (params_supported).
+  const float* alibi_slopes_ptr = nullptr;
+  int64_t alibi_slopes_batch_stride = 0;
 
   // ---- reserved for later features
   const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)

@@ -1,5 +1,5 @@
 // Score modifiers applied to the raw S = Q K^T tile before masking and the softmax, in the
-// reference order (flash_attn_cuda.reference.attention_ref): scale -> softcap -> mask.
+// reference order (flash_attn_cuda.reference.attention_ref): scale -> softcap -> ALiBi -> mask.
 //
 // softcap > 0 replaces the scaled score s = softmax_scale * q.k by softcap * tanh(s / softcap).
 // The kernels keep scores in units of softcap then (S holds tanh(q.k * softmax_scale / softcap))
@@ -33,6 +33,31 @@ CUTE_DEVICE void apply_softcap(Tensor<Engine, Layout>& acc_s, FwdParams const& p
   if (params.softcap > 0.f) {
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) { acc_s(i) = tanh_approx(acc_s(i) * params.softcap_tanh_scale); }
+  }
+}
+
+// The ALiBi slope of this (batch, head) in the kernels' score units (0 without ALiBi).
+CUTE_DEVICE float alibi_slope_units(FwdParams const& params, int batch, int head) {
+  if (params.alibi_slopes_ptr == nullptr) { return 0.f; }
+  return params.alibi_slopes_ptr[batch * params.alibi_slopes_batch_stride + head] / score_unit(params);
+}
+
+// S(i, j) -= slope * |i + shift - j| (slope in score units; skipped when 0). acc_s, coords:
+// rowcol views ((2, MMA_M), (2, MMA_N)) of the S tile and of its identity partition; row0, col0:
+// the tile's first query row and key.
+template <class AccEngine, class AccLayout, class CoordTensor>
+CUTE_DEVICE void apply_alibi(Tensor<AccEngine, AccLayout>& acc_s, CoordTensor const& coords, float slope,
+                             int row0, int col0, int shift) {
+  if (slope == 0.f) { return; }
+  const int col_base = col0 + get<1>(coords(0, 0));
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(acc_s); ++r) {
+    const int diag = row0 + get<0>(coords(r, 0)) + shift - col_base;  // i + shift - j at this thread's first column
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(acc_s); ++c) {
+      const int col_off = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // compile-time after unrolling
+      acc_s(r, c) -= slope * static_cast<float>(abs(diag - col_off));
+    }
   }
 }
 

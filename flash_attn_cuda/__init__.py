@@ -11,7 +11,8 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ._ops import compiled_dtypes, compiled_head_dims
-from ._validate import check_attention_inputs, check_softcap, check_softmax_scale, check_window_size
+from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softmax_scale,
+                        check_window_size)
 
 __version__ = "0.1.0"
 __all__ = ["attention", "compiled_head_dims", "compiled_dtypes", "__version__"]
@@ -26,6 +27,7 @@ def attention(
     softmax_scale: Optional[float] = None,
     window_size: Tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
@@ -45,6 +47,8 @@ def attention(
             on that side. causal=True sets right = 0. K/V blocks outside the window are skipped.
         softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap) (Gemma-2 style);
             0 = off.
+        alibi_slopes: float32 (nheads,) or (batch, nheads): head h adds
+            -slope * |i + seqlen_k - seqlen_q - j| to its scaled scores (not with softcap).
         deterministic: make the backward bit-reproducible (dq is otherwise summed with float32
             atomics in a run-dependent order): same bits on every run for the same GPU model,
             shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
@@ -66,6 +70,10 @@ def attention(
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
     softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
     window_left, window_right = check_window_size(window_size, causal)
+    softcap = check_softcap(softcap)
+    alibi_slopes = check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
+    if alibi_slopes is not None and softcap != 0:
+        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
-                                             window_left, window_right, check_softcap(softcap))
+                                             window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out

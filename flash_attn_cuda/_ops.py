@@ -32,7 +32,8 @@ def compiled_dtypes() -> tuple[torch.dtype, ...]:
 
 
 @torch.library.register_fake("flash_attn_cuda::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-1, window_right=-1, softcap=0.0):
+def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-1, window_right=-1, softcap=0.0,
+              alibi_slopes=None):
     # out: (batch, seqlen_q, nheads, headdim) contiguous like the kernel's; lse: (batch, nheads, seqlen_q) fp32
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -45,7 +46,7 @@ HAS_BACKWARD: bool = bool(_ops.has_backward())
 
 
 # fwd's arguments after q, k, v with their schema defaults (softmax_scale and causal have none).
-_FWD_DEFAULTS = (None, None, False, -1, -1, 0.0)
+_FWD_DEFAULTS = (None, None, False, -1, -1, 0.0, None)
 
 
 def _fwd_setup_context(ctx, inputs, output):
@@ -53,9 +54,12 @@ def _fwd_setup_context(ctx, inputs, output):
     out, lse = output
     ctx.mark_non_differentiable(lse)  # gradients flow through out only
     if HAS_BACKWARD:
-        ctx.save_for_backward(q, k, v, out, lse)
-        # softmax_scale, causal, deterministic, window_left, window_right, softcap (defaults filled in)
-        ctx.options = tuple(inputs[3:]) + _FWD_DEFAULTS[len(inputs) - 3:]
+        # softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes
+        # (defaults filled in); the slopes tensor is saved like the other tensors.
+        options = tuple(inputs[3:]) + _FWD_DEFAULTS[len(inputs) - 3:]
+        alibi_slopes = options[-1]
+        ctx.save_for_backward(q, k, v, out, lse, *(() if alibi_slopes is None else (alibi_slopes,)))
+        ctx.options = options[:-1]
 
 
 def _fwd_backward(ctx, grad_out, grad_lse):
@@ -63,8 +67,9 @@ def _fwd_backward(ctx, grad_out, grad_lse):
         raise NotImplementedError(
             "flash_attn_cuda: this build has no backward pass (it was built with FLASH_ATTN_CUDA_BACKWARD=0); "
             "rebuild without that flag to train with it")
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _ops.bwd(grad_out.contiguous(), q, k, v, out, lse, *ctx.options)
+    q, k, v, out, lse, *alibi_slopes = ctx.saved_tensors
+    dq, dk, dv = _ops.bwd(grad_out.contiguous(), q, k, v, out, lse, *ctx.options,
+                          alibi_slopes[0] if alibi_slopes else None)
     return (dq, dk, dv) + (None,) * len(_FWD_DEFAULTS)
 
 
@@ -73,7 +78,7 @@ torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_con
 if HAS_BACKWARD:
     @torch.library.register_fake("flash_attn_cuda::bwd")
     def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic=False, window_left=-1,
-                  window_right=-1, softcap=0.0):
+                  window_right=-1, softcap=0.0, alibi_slopes=None):
         # dq like q, dk/dv like k/v (contiguous)
         return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
                 torch.empty(k.shape, dtype=k.dtype, device=k.device),

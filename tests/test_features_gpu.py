@@ -1,4 +1,4 @@
-"""Sliding window and softcap on the GPU, forward and backward, against the float32 reference
+"""Sliding window, softcap and ALiBi on the GPU, forward and backward, against the float32 reference
 (flash_attn_cuda.reference.attention_ref) with FA2's tolerance rule: our max error is at most
 twice PyTorch's own low-precision error plus a small epsilon. Outputs are poisoned first."""
 import pytest
@@ -112,3 +112,55 @@ def test_compile_with_options():
 
     torch.testing.assert_close(torch.compile(f, fullgraph=True)(q, k, v), f(q, k, v), rtol=0, atol=0)
     torch.library.opcheck(torch.ops.flash_attn_cuda.fwd.default, (q, k, v, hdim ** -0.5, False, False, 64, 0, 10.0))
+
+
+def _alibi_ref(q, k, v, causal, window_size, slopes, compute_dtype):
+    return attention_ref(q, k, v, causal, compute_dtype=compute_dtype, window_size=window_size, alibi_slopes=slopes)
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+@pytest.mark.parametrize("window_size,causal", [((-1, -1), False), ((-1, -1), True), ((64, 16), False)], ids=str)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1000, 255), (777, 777)])
+def test_alibi_forward_and_backward(seqlen_q, seqlen_k, window_size, causal, per_batch):
+    hdim, dtype = HDIMS[-1], DTYPES[-1]
+    torch.manual_seed(seqlen_q + seqlen_k)
+    batch, nheads = 2, 4
+    q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
+    slopes = torch.rand((batch, nheads) if per_batch else (nheads,), device="cuda") * 0.5
+    _poison(q.shape, q.dtype)
+    out, lse = attention(q, k, v, causal=causal, window_size=window_size, alibi_slopes=slopes, return_lse=True)
+    ref, ref_lse = _alibi_ref(q, k, v, causal, window_size, slopes, torch.float32)
+    ref_lowp, _ = _alibi_ref(q, k, v, causal, window_size, slopes, None)
+    err = (out.float() - ref).abs().max().item()
+    err_pt = (ref_lowp.float() - ref).abs().max().item()
+    assert not out.isnan().any() and err <= 2 * err_pt + 1e-4, f"max error {err:.3e} vs PyTorch's {err_pt:.3e}"
+    empty = ref_lse == float("-inf")
+    assert torch.equal(lse == float("-inf"), empty)
+    if (~empty).any():
+        assert ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item() <= 1e-4
+    if not HAS_BACKWARD:
+        return
+    dout = torch.randn_like(q)
+
+    def grads(fn, dout):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        return torch.autograd.grad(fn(*leaves), leaves, dout)
+
+    ours = grads(lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, alibi_slopes=slopes), dout)
+    ref_g = grads(lambda a, b, c: _alibi_ref(a, b, c, causal, window_size, slopes, torch.float32)[0], dout.float())
+    lowp = grads(lambda a, b, c: _alibi_ref(a, b, c, causal, window_size, slopes, None)[0], dout)
+    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref_g, lowp):
+        err = (g.float() - r).abs().max().item()
+        err_pt = (l.float() - r).abs().max().item()
+        assert not g.isnan().any() and err <= 2 * err_pt + 1e-4, f"{name}: {err:.3e} vs PyTorch's {err_pt:.3e}"
+
+
+def test_alibi_with_softcap_is_refused():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(1, 16, 2, hdim, device="cuda", dtype=dtype)
+    with pytest.raises(ValueError, match="alibi_slopes together with softcap"):
+        attention(q, q, q, softcap=5.0, alibi_slopes=torch.ones(2, device="cuda"))
+    with pytest.raises(RuntimeError, match="alibi_slopes together with softcap"):
+        torch.ops.flash_attn_cuda.fwd(q, q, q, 0.125, False, False, -1, -1, 5.0, torch.ones(2, device="cuda"))

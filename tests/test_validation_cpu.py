@@ -129,7 +129,7 @@ def test_autograd_wiring(fake):
     if _ops.HAS_BACKWARD:
         dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 6  # softmax_scale, causal, deterministic, window_left/right, softcap
+        assert nones == [None] * 7  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
             _ops._fwd_backward(ctx, torch.empty_like(out), None)
