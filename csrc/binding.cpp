@@ -114,6 +114,10 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
   p.softmax_scale = checked_scale(softmax_scale);
   p.softcap = checked_softcap(opt.softcap);
   p.softcap_tanh_scale = p.softcap > 0.f ? static_cast<float>(softmax_scale / opt.softcap) : 0.f;
+  // A huge softcap would flush tanh's argument to zero (fast-math denormals): uniform attention.
+  TORCH_CHECK(p.softcap == 0.f || (std::isnormal(p.softcap_tanh_scale) && std::isfinite(opt.softcap * M_LOG2E * 2)),
+              "flash_attn_cuda: softcap ", num(opt.softcap), " is out of range for softmax_scale ", num(softmax_scale),
+              " (softmax_scale / softcap must be a normal float32)");
   // Scores live in units of softcap when it is on (score_mods.h).
   p.scale_log2 = static_cast<float>((p.softcap > 0.f ? opt.softcap : softmax_scale) * M_LOG2E);
   if (opt.alibi_slopes != nullptr && opt.alibi_slopes->has_value()) {
@@ -121,9 +125,13 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
     p.alibi_slopes_ptr = s.data_ptr<float>();
     p.alibi_slopes_batch_stride = s.dim() == 2 ? s.stride(0) : 0;
   }
-  // causal = right edge on the diagonal; a left window stays as given.
+  // causal = right edge on the diagonal; a left window stays as given. A side that already
+  // reaches every key (left >= seqlen_k, right >= seqlen_q) is unbounded: exact, keeps the
+  // window arithmetic far from int32 overflow, and sends it to the plain kernel.
   p.window_left = window_side(opt.window_left, "left");
   p.window_right = opt.causal ? 0 : window_side(opt.window_right, "right");
+  if (p.window_left >= p.seqlen_k) { p.window_left = -1; }
+  if (p.window_right >= p.seqlen_q) { p.window_right = -1; }
   p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
 }
 

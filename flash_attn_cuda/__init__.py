@@ -74,6 +74,11 @@ def attention(
     alibi_slopes = check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
     if alibi_slopes is not None and softcap != 0:
         raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    if alibi_slopes is not None and alibi_slopes.requires_grad:
+        raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
+    if softcap != 0 and not softmax_scale / softcap >= 1.1754943508222875e-38:  # FLT_MIN
+        raise ValueError(f"flash_attn_cuda: softcap {softcap} is too large for softmax_scale {softmax_scale} "
+                         "(softmax_scale / softcap must be a normal float32)")
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
                                              window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out

@@ -81,7 +81,7 @@ def test_forward_options(seqlen_q, seqlen_k, window_size, causal, softcap, hdim,
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("hdim", HDIMS)
 @pytest.mark.parametrize("window_size,causal,softcap", OPTIONS, ids=str)
-@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1000, 255), (1337, 1337)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1000, 255), (255, 1000), (1337, 1337)])
 def test_backward_options(seqlen_q, seqlen_k, window_size, causal, softcap, hdim, dtype):
     if not HAS_BACKWARD:
         pytest.skip("built with FLASH_ATTN_CUDA_BACKWARD=0")
@@ -118,16 +118,17 @@ def _alibi_ref(q, k, v, causal, window_size, slopes, compute_dtype):
     return attention_ref(q, k, v, causal, compute_dtype=compute_dtype, window_size=window_size, alibi_slopes=slopes)
 
 
-@pytest.mark.parametrize("per_batch", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("per_batch,nheads_k", [(False, 4), (True, 4), (False, 2)], ids=str)
 @pytest.mark.parametrize("window_size,causal", [((-1, -1), False), ((-1, -1), True), ((64, 16), False)], ids=str)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1000, 255), (777, 777)])
-def test_alibi_forward_and_backward(seqlen_q, seqlen_k, window_size, causal, per_batch):
-    hdim, dtype = HDIMS[-1], DTYPES[-1]
-    torch.manual_seed(seqlen_q + seqlen_k)
+def test_alibi_forward_and_backward(seqlen_q, seqlen_k, window_size, causal, per_batch, nheads_k, hdim, dtype):
+    torch.manual_seed(seqlen_q + seqlen_k + hdim)
     batch, nheads = 2, 4
     q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=dtype)
-    k = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
-    v = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
     slopes = torch.rand((batch, nheads) if per_batch else (nheads,), device="cuda") * 0.5
     _poison(q.shape, q.dtype)
     out, lse = attention(q, k, v, causal=causal, window_size=window_size, alibi_slopes=slopes, return_lse=True)
@@ -164,3 +165,43 @@ def test_alibi_with_softcap_is_refused():
         attention(q, q, q, softcap=5.0, alibi_slopes=torch.ones(2, device="cuda"))
     with pytest.raises(RuntimeError, match="alibi_slopes together with softcap"):
         torch.ops.flash_attn_cuda.fwd(q, q, q, 0.125, False, False, -1, -1, 5.0, torch.ones(2, device="cuda"))
+
+
+def test_saturating_softcap_gradients():
+    """Scores far into tanh's flat part: the (1 - t^2) factor of the softcap gradient matters."""
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    torch.manual_seed(0)
+    q = 4 * torch.randn(2, 300, 3, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 400, 3, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, 400, 3, hdim, device="cuda", dtype=dtype)
+    check_forward(q, k, v, (-1, -1), False, 2.0)
+    if HAS_BACKWARD:
+        check_backward(q, k, v, (-1, -1), False, 2.0)
+
+
+def test_deterministic_with_features():
+    if not HAS_BACKWARD:
+        pytest.skip("built with FLASH_ATTN_CUDA_BACKWARD=0")
+    hdim, dtype = HDIMS[-1], DTYPES[-1]
+    q, k, v = (torch.randn(2, 1000, 3, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    dout = torch.randn_like(q)
+    slopes = torch.rand(3, device="cuda")
+    runs = []
+    for _ in range(3):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = attention(*leaves, window_size=(100, 0), alibi_slopes=slopes, deterministic=True)
+        runs.append(torch.autograd.grad(out, leaves, dout))
+    for later in runs[1:]:
+        for a, b in zip(runs[0], later):
+            assert torch.equal(a, b)
+
+
+def test_huge_softcap_and_trainable_slopes_are_refused():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q = torch.randn(1, 16, 2, hdim, device="cuda", dtype=dtype)
+    with pytest.raises(ValueError, match="softcap"):
+        attention(q, q, q, softcap=1e38)
+    with pytest.raises(RuntimeError, match="softcap"):
+        torch.ops.flash_attn_cuda.fwd(q, q, q, 0.125, False, False, -1, -1, 1e38, None)
+    with pytest.raises(ValueError, match="no gradient"):
+        attention(q, q, q, alibi_slopes=torch.ones(2, device="cuda", requires_grad=True))
