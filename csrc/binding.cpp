@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <limits>
@@ -35,15 +36,17 @@ std::string num(int64_t x) {
   return text;
 }
 
-void check_input(const at::Tensor& t, const char* name) {
+// ndim 4: (batch, seqlen, nheads, headdim); ndim 3: packed varlen (total_tokens, nheads, headdim).
+void check_input(const at::Tensor& t, const char* name, int64_t ndim = 4) {
   TORCH_CHECK(t.is_cuda(), "flash_attn_cuda: ", name, " must be a CUDA tensor, got device ", t.device());
-  TORCH_CHECK(t.dim() == 4, "flash_attn_cuda: ", name, " must be 4-D (batch, seqlen, nheads, headdim), got ",
+  TORCH_CHECK(t.dim() == ndim, "flash_attn_cuda: ", name, " must be ",
+              ndim == 4 ? "4-D (batch, seqlen, nheads, headdim)" : "3-D (total_tokens, nheads, headdim)", ", got ",
               num(t.dim()), "-D");
   TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "flash_attn_cuda: ", name,
               " must be float16 or bfloat16, got ", t.scalar_type());
   TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cuda: ", name, " must have a contiguous last dimension");
-  const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
-                       t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
+  bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int64_t d = 0; d + 1 < ndim; ++d) { aligned = aligned && t.stride(d) % 8 == 0; }
   TORCH_CHECK(aligned, "flash_attn_cuda: ", name,
               " must be 16-byte aligned (data pointer and batch/seq/head strides multiples of 8 elements); "
               "call .contiguous() on it");
@@ -67,14 +70,15 @@ struct Options {
 };
 
 // alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads); not with softcap.
-void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, double softcap) {
+void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, int64_t batch, int64_t nheads,
+                 double softcap) {
   if (!slopes.has_value()) { return; }
   const at::Tensor& s = *slopes;
   TORCH_CHECK(softcap == 0.0, "flash_attn_cuda: alibi_slopes together with softcap is not supported");
   TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.device() == q.device(),
               "flash_attn_cuda: alibi_slopes must be a contiguous float32 tensor on q's device");
-  const bool per_head = s.dim() == 1 && s.size(0) == q.size(2);
-  const bool per_batch = s.dim() == 2 && s.size(0) == q.size(0) && s.size(1) == q.size(2);
+  const bool per_head = s.dim() == 1 && s.size(0) == nheads;
+  const bool per_batch = s.dim() == 2 && s.size(0) == batch && s.size(1) == nheads;
   TORCH_CHECK(per_head || per_batch, "flash_attn_cuda: alibi_slopes must be (nheads,) or (batch, nheads)");
 }
 
@@ -90,6 +94,9 @@ float checked_softcap(double softcap) {
               "flash_attn_cuda: softcap must be 0 (off) or a positive normal float32, got ", num(softcap));
   return static_cast<float>(softcap);
 }
+
+void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
+                  int headdim_rounded);
 
 // The fields both directions share: q, k, v, out, lse, sizes, scale, mask, softcap, dtype.
 void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -109,7 +116,38 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
   p.seqlen_k = static_cast<int>(k.size(1));
   p.nheads = static_cast<int>(q.size(2));
   p.nheads_k = static_cast<int>(k.size(2));
-  p.headdim = static_cast<int>(q.size(3));
+  fill_options(p, q, softmax_scale, opt, headdim_rounded);
+}
+
+// Packed varlen tensors: q/out (total_q, nheads, d), k/v (total_k, nheads_k, d), lse (nheads, total_q).
+void fill_varlen_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& out, const at::Tensor& lse, const at::Tensor& cu_seqlens_q,
+                        const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                        double softmax_scale, const Options& opt, int headdim_rounded) {
+  p.q_ptr = q.data_ptr();
+  p.k_ptr = k.data_ptr();
+  p.v_ptr = v.data_ptr();
+  p.o_ptr = out.data_ptr();
+  p.lse_ptr = lse.data_ptr<float>();
+  p.q_row_stride = q.stride(0), p.q_head_stride = q.stride(1);
+  p.k_row_stride = k.stride(0), p.k_head_stride = k.stride(1);
+  p.v_row_stride = v.stride(0), p.v_head_stride = v.stride(1);
+  p.o_row_stride = out.stride(0), p.o_head_stride = out.stride(1);
+  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
+  p.cu_seqlens_k = cu_seqlens_k.data_ptr<int>();
+  p.total_q = static_cast<int>(q.size(0));
+  p.batch = static_cast<int>(cu_seqlens_q.size(0) - 1);
+  p.seqlen_q = static_cast<int>(max_seqlen_q);
+  p.seqlen_k = static_cast<int>(max_seqlen_k);
+  p.nheads = static_cast<int>(q.size(1));
+  p.nheads_k = static_cast<int>(k.size(1));
+  fill_options(p, q, softmax_scale, opt, headdim_rounded);
+}
+
+// Scale, softcap, window, ALiBi, head dims, dtype; p's sizes must be set.
+void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
+                  int headdim_rounded) {
+  p.headdim = static_cast<int>(q.size(-1));
   p.headdim_rounded = headdim_rounded;
   p.softmax_scale = checked_scale(softmax_scale);
   p.softcap = checked_softcap(opt.softcap);
@@ -166,7 +204,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   checked_softcap(softcap);
   window_side(window_left, "left");
   window_side(window_right, "right");
-  check_alibi(alibi_slopes, q, softcap);
+  check_alibi(alibi_slopes, q, q.size(0), q.size(2), softcap);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
               " is larger than every head dim compiled into this build");
@@ -199,6 +237,64 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
               err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
                                                        "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
                                                      : "");
+  return {out, lse};
+}
+
+// Variable-length forward on packed tensors (flash-attn's varlen layout). max_seqlen_q/k size
+// the grid and must bound every sequence (the Python wrapper checks the values when it can).
+std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                              int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+                                              bool causal, bool /*deterministic*/, int64_t window_left,
+                                              int64_t window_right, double softcap,
+                                              const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+  check_input(q, "q", 3);
+  check_input(k, "k", 3);
+  check_input(v, "v", 3);
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "flash_attn_cuda: q, k, v must share a dtype");
+  for (const at::Tensor* t : {&k, &v, &cu_seqlens_q, &cu_seqlens_k}) {
+    TORCH_CHECK(t->device() == q.device(), "flash_attn_cuda: q, k, v, cu_seqlens_q/k must be on one device");
+  }
+  for (const at::Tensor* t : {&cu_seqlens_q, &cu_seqlens_k}) {
+    TORCH_CHECK(t->scalar_type() == at::kInt && t->dim() == 1 && t->is_contiguous() && t->size(0) >= 1,
+                "flash_attn_cuda: cu_seqlens_q/k must be contiguous 1-D int32 (batch + 1,)");
+  }
+  TORCH_CHECK(cu_seqlens_q.size(0) == cu_seqlens_k.size(0), "flash_attn_cuda: cu_seqlens_q and cu_seqlens_k "
+              "must have the same length (batch + 1)");
+  const int64_t batch = cu_seqlens_q.size(0) - 1, nheads = q.size(1), nheads_k = k.size(1), headdim = q.size(2);
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(2) == headdim, "flash_attn_cuda: k and v must be "
+              "(total_k, nheads_k, headdim) with q's head dim");
+  TORCH_CHECK(nheads_k > 0 && nheads % nheads_k == 0, "flash_attn_cuda: nheads must be a multiple of nheads_k");
+  TORCH_CHECK(headdim % 8 == 0 && headdim > 0 && headdim <= 256,
+              "flash_attn_cuda: head dim must be a multiple of 8 in [8, 256], got ", num(headdim));
+  TORCH_CHECK(batch <= 65535 && nheads <= 65535, "flash_attn_cuda: batch and nheads must be <= 65535");
+  TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q <= flash::kMaxSeqlen &&
+                  max_seqlen_k <= flash::kMaxSeqlen && q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX,
+              "flash_attn_cuda: max_seqlen_q/k must be in [0, 2^30] and total tokens fit int32");
+  checked_scale(softmax_scale);
+  checked_softcap(softcap);
+  window_side(window_left, "left");
+  window_side(window_right, "right");
+  check_alibi(alibi_slopes, q, batch, nheads, softcap);
+  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));
+  if (out.numel() == 0 || batch == 0 || max_seqlen_q == 0) { return {out, lse}; }
+  if (max_seqlen_k == 0) {
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return {out, lse};
+  }
+  flash::FwdParams p;
+  fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                     opt, headdim_rounded);
+  const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: varlen forward launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
 
@@ -238,7 +334,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   checked_softcap(softcap);
   window_side(window_left, "left");
   window_side(window_right, "right");
-  check_alibi(alibi_slopes, q, softcap);
+  check_alibi(alibi_slopes, q, q.size(0), q.size(2), softcap);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
 
@@ -314,6 +410,9 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False, "
         "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) "
         "-> (Tensor out, Tensor lse)");
+  m.def("fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+        "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, "
+        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) -> (Tensor out, Tensor lse)");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
@@ -326,6 +425,7 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
 
 TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
   m.impl("fwd", &fwd);
+  m.impl("fwd_varlen", &fwd_varlen);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", &bwd);
 #endif

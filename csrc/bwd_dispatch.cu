@@ -23,7 +23,8 @@ static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
 }
 
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
-  if (!params_supported(params) || params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
+  if (!params_supported(params) || params.cu_seqlens_q != nullptr /* varlen backward: not yet */ ||
+      params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
       params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q)) {
     return cudaErrorInvalidValue;
   }

@@ -36,8 +36,11 @@ bool params_supported(const FwdParams& params) {
          params.softmax_scale > 0.f && std::isnormal(params.scale_log2) &&
          params.softcap >= 0.f && params.softcap <= 3.0e38f &&
          !(params.softcap > 0.f && params.alibi_slopes_ptr != nullptr) &&
-         // reserved fields (params.h) the kernels do not implement yet
-         params.cu_seqlens_q == nullptr && params.cu_seqlens_k == nullptr;
+         // varlen: both prefix sums or neither, packed tensors (no batch strides)
+         (params.cu_seqlens_q == nullptr) == (params.cu_seqlens_k == nullptr) &&
+         (params.cu_seqlens_q == nullptr ||
+          (params.q_batch_stride == 0 && params.k_batch_stride == 0 && params.v_batch_stride == 0 &&
+           params.o_batch_stride == 0 && params.total_q >= 0));
 }
 
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {

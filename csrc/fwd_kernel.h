@@ -11,6 +11,7 @@
 #include "mask.h"
 #include "params.h"
 #include "score_mods.h"
+#include "seq_info.h"
 #include "softmax.h"
 #include "tensor_utils.h"
 
@@ -33,7 +34,7 @@ CUTE_DEVICE void write_empty_tile(GO& gO, Lse& gLse, int valid_rows, int headdim
   for (int row = tid; row < valid_rows; row += Traits::kNThreads) { gLse(row) = -INFINITY; }
 }
 
-// kMods: score modifiers (softcap, ALiBi) or a left window edge may be present. The plain
+// kMods: score modifiers (softcap, ALiBi), a left window edge or varlen may be present. The plain
 // instantiation (kMods = false) compiles none of their code: at 255 registers any extra
 // runtime branch in the main loop reshuffled ptxas's allocation into spills (measured: 0 -> 44-64 B
 // in the d=128 backward), so the features get their own instantiation, picked at launch.
@@ -48,26 +49,34 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>>;
   const int tid = threadIdx.x;
 
-  const VisibleKeys vk(params.seqlen_q, params.seqlen_k, params.window_left, params.window_right);
+  const SeqInfo<kMods> seq(params, blockIdx.z, blockIdx.y);  // (batch, head)
+  const VisibleKeys vk(seq.seqlen_q(), seq.seqlen_k(), params.window_left, params.window_right);
   // With a causal/window bound the last Q tiles do the most work: launch them first so the
   // long blocks do not form the tail of the grid.
   const int m_block = params.window_right >= 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int head_k = head / (params.nheads / params.nheads_k);  // GQA: q heads share a K/V head
-  const int valid_rows = min(kBlockM, params.seqlen_q - m_block * kBlockM);
+  if constexpr (kMods) {
+    if (m_block * kBlockM >= seq.seqlen_q()) { return; }  // varlen: past this sequence's end
+  }
+  const int valid_rows = min(kBlockM, seq.seqlen_q() - m_block * kBlockM);
 
   // ---------------------------------------------------------------- GLOBAL TILES
-  Tensor mQ = gmem_rows<Element, kHeadDim>(params.q_ptr, batch * params.q_batch_stride + head * params.q_head_stride,
-                                           params.seqlen_q, params.q_row_stride);            // (seqlen_q, d)
-  Tensor mK = gmem_rows<Element, kHeadDim>(params.k_ptr, batch * params.k_batch_stride + head_k * params.k_head_stride,
-                                           params.seqlen_k, params.k_row_stride);            // (seqlen_k, d)
-  Tensor mV = gmem_rows<Element, kHeadDim>(params.v_ptr, batch * params.v_batch_stride + head_k * params.v_head_stride,
-                                           params.seqlen_k, params.v_row_stride);            // (seqlen_k, d)
-  Tensor mO = gmem_rows<Element, kHeadDim>(params.o_ptr, batch * params.o_batch_stride + head * params.o_head_stride,
-                                           params.seqlen_q, params.o_row_stride);            // (seqlen_q, d)
-  Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + (int64_t(batch) * params.nheads + head) * params.seqlen_q),
-                            make_shape(params.seqlen_q));                                     // (seqlen_q)
+  // Varlen: batch strides are 0 and the sequence starts at row seq.q_row0() / seq.k_row0().
+  Tensor mQ = gmem_rows<Element, kHeadDim>(
+      params.q_ptr, batch * params.q_batch_stride + seq.q_row0() * params.q_row_stride + head * params.q_head_stride,
+      seq.seqlen_q(), params.q_row_stride);                                                     // (seqlen_q, d)
+  Tensor mK = gmem_rows<Element, kHeadDim>(
+      params.k_ptr, batch * params.k_batch_stride + seq.k_row0() * params.k_row_stride + head_k * params.k_head_stride,
+      seq.seqlen_k(), params.k_row_stride);                                                     // (seqlen_k, d)
+  Tensor mV = gmem_rows<Element, kHeadDim>(
+      params.v_ptr, batch * params.v_batch_stride + seq.k_row0() * params.v_row_stride + head_k * params.v_head_stride,
+      seq.seqlen_k(), params.v_row_stride);                                                     // (seqlen_k, d)
+  Tensor mO = gmem_rows<Element, kHeadDim>(
+      params.o_ptr, batch * params.o_batch_stride + seq.q_row0() * params.o_row_stride + head * params.o_head_stride,
+      seq.seqlen_q(), params.o_row_stride);                                                     // (seqlen_q, d)
+  Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + seq.lse_offset()), make_shape(seq.seqlen_q()));  // (seqlen_q)
 
   Tensor gQ = local_tile(mQ, TileQ{}, make_coord(m_block, 0));                                 // (kBlockM, d)
   Tensor gK = local_tile(mK, TileKV{}, make_coord(_, 0));                                      // (kBlockN, d, n)
@@ -102,11 +111,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   // Only the last K/V block can be ragged; it is always a masked step (needs_mask).
   auto load_k = [&](int n, auto check_rows) {
     load_tile<decltype(check_rows)::value>(gmem_copy, tKgK(_, _, _, n), tKsK, tKVcKV,
-                                           params.seqlen_k - n * kBlockN, params.headdim);
+                                           seq.seqlen_k() - n * kBlockN, params.headdim);
   };
   auto load_v = [&](int n, auto check_rows) {
     load_tile<decltype(check_rows)::value>(gmem_copy, tVgV(_, _, _, n), tVsV, tKVcKV,
-                                           params.seqlen_k - n * kBlockN, params.headdim);
+                                           seq.seqlen_k() - n * kBlockN, params.headdim);
   };
 
   // ---------------------------------------------------------------- MMA PARTITIONS

@@ -13,7 +13,8 @@ namespace flash {
 template <typename Traits>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   // The plain instantiation unless softcap or a left window edge needs the other (fwd_kernel.h).
-  const bool mods = params.softcap > 0.f || params.window_left >= 0 || params.alibi_slopes_ptr != nullptr;
+  const bool mods = params.softcap > 0.f || params.window_left >= 0 || params.alibi_slopes_ptr != nullptr ||
+                    params.cu_seqlens_q != nullptr;
   auto kernel = mods ? &fwd_kernel<Traits, true> : &fwd_kernel<Traits, false>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {

@@ -16,8 +16,7 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 //   out: like q
 //   lse: (batch, nheads, seqlen_q) float32, contiguous
 //
-// Fields marked "reserved" exist so that varlen can be added without reshaping the struct;
-// the current kernels require them at their defaults (params_supported).
+// Which option combinations the kernels implement: params_supported (fwd_dispatch.cu).
 struct FwdParams {
   // ---- pointers
   const void* __restrict__ q_ptr = nullptr;
@@ -61,9 +60,12 @@ struct FwdParams {
   const float* alibi_slopes_ptr = nullptr;
   int64_t alibi_slopes_batch_stride = 0;
 
-  // ---- reserved for later features
-  const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
-  const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
+  // ---- variable-length batches (seq_info.h): q/k/v/out packed (total, nheads, d) with batch
+  // strides 0; seqlen_q/k are the maxima over the batch (they size the grid); lse is
+  // (nheads, total_q). Forward only so far (params_supported).
+  const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums
+  const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums
+  int total_q = 0;                    // cu_seqlens_q[batch]
 
   DType dtype = DType::kBFloat16;
 };

@@ -12,10 +12,10 @@ from torch._subclasses.fake_tensor import is_fake
 
 from ._ops import compiled_dtypes, compiled_head_dims
 from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softmax_scale,
-                        check_window_size)
+                        check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
-__all__ = ["attention", "compiled_head_dims", "compiled_dtypes", "__version__"]
+__all__ = ["attention", "attention_varlen", "compiled_head_dims", "compiled_dtypes", "__version__"]
 
 
 def attention(
@@ -81,4 +81,50 @@ def attention(
                          "(softmax_scale / softcap must be a normal float32)")
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
                                              window_left, window_right, softcap, alibi_slopes)
+    return (out, lse) if return_lse else out
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    return_lse: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """attention() on a packed batch of variable-length sequences (flash-attn's
+    flash_attn_varlen_func layout). FORWARD ONLY for now: .backward() raises.
+
+    Args:
+        q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim).
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) prefix sums on q's device: sequence b is
+            rows cu[b]:cu[b + 1] (length 0 allowed).
+        max_seqlen_q, max_seqlen_k: Python ints >= the longest sequence (they size the grid).
+        Other options as in attention(); causal and windows align each sequence's bottom-right.
+
+    Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32.
+    The cu_seqlens values are checked (one device-to-host copy) except while torch.compile traces.
+    """
+    compiling = torch.compiler.is_compiling()
+    _, batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   compiled_head_dims(), compiled_dtypes(),
+                                   check_device=not compiling and not is_fake(q), check_alignment=not compiling,
+                                   check_values=not compiling)
+    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
+    window_left, window_right = check_window_size(window_size, causal)
+    softcap = check_softcap(softcap)
+    alibi_slopes = check_alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
+    if alibi_slopes is not None and softcap != 0:
+        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                                    int(max_seqlen_k), float(softmax_scale), bool(causal), False,
+                                                    window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out

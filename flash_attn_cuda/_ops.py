@@ -83,3 +83,26 @@ if HAS_BACKWARD:
         return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
                 torch.empty(k.shape, dtype=k.dtype, device=k.device),
                 torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+
+@torch.library.register_fake("flash_attn_cuda::fwd_varlen")
+def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                     deterministic=False, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
+    # out: (total_q, nheads, headdim) like q; lse: (nheads, total_q) fp32
+    total_q, nheads, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((nheads, total_q), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _fwd_varlen_setup_context(ctx, inputs, output):
+    ctx.mark_non_differentiable(output[1])
+
+
+def _fwd_varlen_backward(ctx, grad_out, grad_lse):
+    raise NotImplementedError("flash_attn_cuda: attention_varlen has no backward yet (forward only); "
+                              "use attention() on padded batches for training")
+
+
+torch.library.register_autograd("flash_attn_cuda::fwd_varlen", _fwd_varlen_backward,
+                                setup_context=_fwd_varlen_setup_context)
