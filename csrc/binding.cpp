@@ -61,6 +61,13 @@ float checked_scale(double softmax_scale) {
   return scale;
 }
 
+// cudaErrorNotSupported from run_fwd/run_bwd: the options need the feature kernels (fwd_launch.h).
+void check_features_compiled(cudaError_t err) {
+  TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes "
+              "and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
+              "rebuild without that flag");
+}
+
 // Attention options both ops take after softmax_scale: the visible-key window and softcap.
 struct Options {
   bool causal = false;
@@ -231,6 +238,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   flash::FwdParams p;
   fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
   const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
+  check_features_compiled(err);
   TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
               q.scalar_type(), " and head dim ", num(int64_t(headdim_rounded)));
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: forward kernel launch failed: ", cudaGetErrorString(err),
@@ -240,15 +248,11 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   return {out, lse};
 }
 
-// Variable-length forward on packed tensors (flash-attn's varlen layout). max_seqlen_q/k size
-// the grid and must bound every sequence (the Python wrapper checks the values when it can).
-std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
-                                              int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-                                              bool causal, bool /*deterministic*/, int64_t window_left,
-                                              int64_t window_right, double softcap,
-                                              const std::optional<at::Tensor>& alibi_slopes) {
-  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+// Packed varlen q (total_q, nheads, d), k/v (total_k, nheads_k, d) and int32 (batch + 1,) prefix
+// sums; returns batch. The prefix sums' values are the Python wrapper's to check (a device sync).
+int64_t check_varlen_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                            int64_t max_seqlen_k) {
   check_input(q, "q", 3);
   check_input(k, "k", 3);
   check_input(v, "v", 3);
@@ -273,6 +277,20 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q <= flash::kMaxSeqlen &&
                   max_seqlen_k <= flash::kMaxSeqlen && q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX,
               "flash_attn_cuda: max_seqlen_q/k must be in [0, 2^30] and total tokens fit int32");
+  return batch;
+}
+
+// Variable-length forward on packed tensors (flash-attn's varlen layout). max_seqlen_q/k size
+// the grid and must bound every sequence (the Python wrapper checks the values when it can).
+std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                              int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+                                              bool causal, bool /*deterministic*/, int64_t window_left,
+                                              int64_t window_right, double softcap,
+                                              const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+  const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const int64_t nheads = q.size(1), headdim = q.size(2);
   checked_scale(softmax_scale);
   checked_softcap(softcap);
   window_side(window_left, "left");
@@ -294,11 +312,67 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                      opt, headdim_rounded);
   const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
+  check_features_compiled(err);
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: varlen forward launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
 
 #ifdef FLASH_ATTN_CUDA_BACKWARD
+// The backward's shared memory on q's GPU; call under its device guard.
+void check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
+  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
+              "backward for head dim ", num(int64_t(headdim_rounded)), " needs ", num(int64_t(smem / 1024)),
+              " KB of shared memory per block; this GPU allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)),
+              " KB");
+}
+
+// dk/dv of each query head summed over its GQA group: (..., nheads, d) -> (..., nheads_k, d).
+at::Tensor sum_groups(const at::Tensor& per_q_head, int64_t nheads_k) {
+  const int64_t nheads = per_q_head.size(-2);
+  if (nheads == nheads_k) { return per_q_head; }
+  std::vector<int64_t> shape(per_q_head.sizes().begin(), per_q_head.sizes().end() - 2);
+  shape.insert(shape.end(), {nheads_k, nheads / nheads_k, per_q_head.size(-1)});
+  return per_q_head.view(shape).sum(-2);
+}
+
+// p holds the forward's fields (fill_fwd_params / fill_varlen_params). Allocates the scratch of
+// params.h, points p at dout and the gradients (dk/dv per query head), launches. Packed varlen
+// tensors have no batch dimension (their batch strides stay 0).
+void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tensor& dq, const at::Tensor& dk,
+                     const at::Tensor& dv, bool deterministic) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  p.deterministic = deterministic;
+  p.num_dq_splits = flash::bwd_dq_accum_splits(p, at::cuda::getDeviceProperties(dq.get_device())->multiProcessorCount);
+  p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
+  const auto f32 = dq.options().dtype(at::kFloat);
+  const int64_t splits = p.num_dq_splits, nheads = p.nheads, d = p.headdim_rounded;
+  at::Tensor dq_accum, delta, lse_log2;
+  if (varlen) {
+    p.varlen_scratch_rows = flash::bwd_varlen_scratch_rows(p.total_q, p.batch);
+    dq_accum = at::zeros({splits, nheads, p.varlen_scratch_rows, d}, f32);
+    delta = at::empty({nheads, p.varlen_scratch_rows}, f32);
+    lse_log2 = at::empty({nheads, p.varlen_scratch_rows}, f32);
+  } else {
+    dq_accum = at::zeros({splits, p.batch, nheads, p.seqlen_q_rounded, d}, f32);
+    delta = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
+    lse_log2 = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
+  }
+  p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk.data_ptr(), p.dv_ptr = dv.data_ptr();
+  p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
+  p.lse_log2_ptr = lse_log2.data_ptr<float>();
+  const int r = varlen ? 0 : 1;  // the row dimension
+  auto batch_stride = [&](const at::Tensor& t) { return varlen ? int64_t(0) : t.stride(0); };
+  p.do_batch_stride = batch_stride(dout), p.do_row_stride = dout.stride(r), p.do_head_stride = dout.stride(r + 1);
+  p.dq_batch_stride = batch_stride(dq), p.dq_row_stride = dq.stride(r), p.dq_head_stride = dq.stride(r + 1);
+  p.dk_batch_stride = batch_stride(dk), p.dk_row_stride = dk.stride(r), p.dk_head_stride = dk.stride(r + 1);
+  p.dv_batch_stride = batch_stride(dv), p.dv_row_stride = dv.stride(r), p.dv_head_stride = dv.stride(r + 1);
+  const cudaError_t err = flash::run_bwd(p, at::cuda::getCurrentCUDAStream());
+  check_features_compiled(err);
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: backward launch failed: ", cudaGetErrorString(err));
+}
+
 // Backward (csrc/bwd_kernel.h). Gradients of out only; lse is not differentiable. With GQA,
 // dk/dv are computed per query head and summed over each group. deterministic: bit-identical
 // gradients run to run, at the cost of num_dq_splits float32 copies of dq (see params.h).
@@ -339,17 +413,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
-  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
-              "backward for head dim ", num(int64_t(headdim_rounded)), " needs ", num(int64_t(smem / 1024)),
-              " KB of shared memory per block; this GPU allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)),
-              " KB");
-
+  check_bwd_smem(q, headdim_rounded);
   at::Tensor dq = at::empty(q.sizes(), q.options());
-  // per query head; summed over GQA groups below
-  at::Tensor dk_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());
-  at::Tensor dv_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());
+  at::Tensor dk_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());  // per query head
+  at::Tensor dv_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());  // per query head
   if (q.numel() == 0 || k.numel() == 0) {
     dq.zero_();
     dk_full.zero_();
@@ -357,27 +424,56 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   } else {
     flash::BwdParams p;
     fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
-    p.deterministic = deterministic;
-    p.num_dq_splits = flash::bwd_dq_accum_splits(p, props->multiProcessorCount);
-    p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
-    const auto f32 = q.options().dtype(at::kFloat);
-    at::Tensor dq_accum = at::zeros({p.num_dq_splits, batch, nheads, p.seqlen_q_rounded, headdim_rounded}, f32);
-    at::Tensor delta = at::empty({batch, nheads, p.seqlen_q_rounded}, f32);
-    at::Tensor lse_log2 = at::empty({batch, nheads, p.seqlen_q_rounded}, f32);
-    p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk_full.data_ptr(), p.dv_ptr = dv_full.data_ptr();
-    p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
-    p.lse_log2_ptr = lse_log2.data_ptr<float>();
-    p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1), p.do_head_stride = dout.stride(2);
-    p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
-    p.dk_batch_stride = dk_full.stride(0), p.dk_row_stride = dk_full.stride(1), p.dk_head_stride = dk_full.stride(2);
-    p.dv_batch_stride = dv_full.stride(0), p.dv_row_stride = dv_full.stride(1), p.dv_head_stride = dv_full.stride(2);
-    const cudaError_t err = flash::run_bwd(p, at::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: backward launch failed: ", cudaGetErrorString(err));
+    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
   }
-  if (nheads == nheads_k) { return {dq, dk_full, dv_full}; }
-  const int64_t group = nheads / nheads_k;
-  return {dq, dk_full.view({batch, seqlen_k, nheads_k, group, headdim}).sum(3),
-          dv_full.view({batch, seqlen_k, nheads_k, group, headdim}).sum(3)};
+  return {dq, sum_groups(dk_full, nheads_k), sum_groups(dv_full, nheads_k)};
+}
+
+// Backward of fwd_varlen: packed tensors as there, lse (nheads, total_q) from it.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
+    int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+  const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const int64_t total_q = q.size(0), total_k = k.size(0), nheads = q.size(1), nheads_k = k.size(1);
+  const int64_t headdim = q.size(2);
+  check_input(out, "out", 3);
+  check_input(dout, "dout", 3);
+  TORCH_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attn_cuda: out and dout must have q's shape");
+  TORCH_CHECK(dout.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(),
+              "flash_attn_cuda: q, k, v, out, dout must share a dtype");
+  for (const at::Tensor* t : {&out, &dout, &lse}) {
+    TORCH_CHECK(t->device() == q.device(), "flash_attn_cuda: q, k, v, out, dout, lse must be on one device");
+  }
+  TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+                  lse.sizes() == at::IntArrayRef({nheads, total_q}),
+              "flash_attn_cuda: lse must be contiguous float32 (nheads, total_q)");
+  checked_scale(softmax_scale);  // before any allocation
+  checked_softcap(softcap);
+  window_side(window_left, "left");
+  window_side(window_right, "right");
+  check_alibi(alibi_slopes, q, batch, nheads, softcap);
+  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  check_bwd_smem(q, headdim_rounded);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk_full = at::empty({total_k, nheads, headdim}, q.options());  // per query head
+  at::Tensor dv_full = at::empty({total_k, nheads, headdim}, q.options());  // per query head
+  if (q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0) {
+    dq.zero_();
+    dk_full.zero_();
+    dv_full.zero_();
+  } else {
+    flash::BwdParams p;
+    fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                       opt, headdim_rounded);
+    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
+  }
+  return {dq, sum_groups(dk_full, nheads_k), sum_groups(dv_full, nheads_k)};
 }
 #endif
 
@@ -386,6 +482,14 @@ bool has_backward() {
   return true;
 #else
   return false;
+#endif
+}
+
+bool has_features() {
+#ifdef FLASH_ATTN_CUDA_NO_FEATURES
+  return false;
+#else
+  return true;
 #endif
 }
 
@@ -416,8 +520,13 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
+  m.def("has_features() -> bool", &has_features);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
+        "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
+        "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def("bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
+        "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
         "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
         "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
 #endif
@@ -428,6 +537,7 @@ TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
   m.impl("fwd_varlen", &fwd_varlen);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", &bwd);
+  m.impl("bwd_varlen", &bwd_varlen);
 #endif
 }
 

@@ -23,9 +23,12 @@ static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
 }
 
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
-  if (!params_supported(params) || params.cu_seqlens_q != nullptr /* varlen backward: not yet */ ||
-      params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
-      params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q)) {
+  const bool varlen = params.cu_seqlens_q != nullptr;
+  if (!params_supported(params) || params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
+      params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q) ||
+      (varlen && (params.varlen_scratch_rows < bwd_varlen_scratch_rows(params.total_q, params.batch) ||
+                  params.do_batch_stride != 0 || params.dq_batch_stride != 0 || params.dk_batch_stride != 0 ||
+                  params.dv_batch_stride != 0))) {
     return cudaErrorInvalidValue;
   }
   switch (params.dtype) {

@@ -62,7 +62,7 @@ struct FwdParams {
 
   // ---- variable-length batches (seq_info.h): q/k/v/out packed (total, nheads, d) with batch
   // strides 0; seqlen_q/k are the maxima over the batch (they size the grid); lse is
-  // (nheads, total_q). Forward only so far (params_supported).
+  // (nheads, total_q).
   const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums
   const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums
   int total_q = 0;                    // cu_seqlens_q[batch]
@@ -80,9 +80,27 @@ struct FwdParams {
 //             padding rows and rows that see no key, so their P is exactly 0
 // With GQA the kernel writes dk/dv per *query* head (batch, seqlen_k, nheads, headdim); the
 // caller sums each group.
+//
+// Varlen (cu_seqlens_q set): dq/dk/dv/dout packed like q/k (batch strides 0), and the scratch
+// rows of each head hold every sequence padded on its own: sequence b starts at row
+// bwd_varlen_scratch_start(cu_seqlens_q[b], b) (below: a multiple of kBwdRowAlign), so
+//   dq_accum: (num_dq_splits, nheads, varlen_scratch_rows, headdim_rounded)
+//   delta, lse_log2: (nheads, varlen_scratch_rows)
+// with varlen_scratch_rows = bwd_varlen_scratch_rows(total_q, batch) = total_q + kBwdRowAlign * batch.
+// seqlen_q_rounded = bwd_rows_rounded(max seqlen_q) still sizes the pre-pass/convert grids.
 // Rows of the backward's scratch buffers are padded to a multiple of this (every backward
 // kBlockM divides it; BwdTraits asserts so).
 constexpr int kBwdRowAlign = 128;
+
+// Varlen scratch: sequence b (first packed row cu_q) starts at the multiple of kBwdRowAlign at or
+// below cu_q + kBwdRowAlign * b. Consecutive starts differ by at least its length rounded up to
+// kBwdRowAlign, so padded sequences never overlap, and all fit in total_q + kBwdRowAlign * batch rows.
+constexpr int64_t bwd_varlen_scratch_start(int cu_q, int b) {
+  return (int64_t(cu_q) + int64_t(kBwdRowAlign) * b) / kBwdRowAlign * kBwdRowAlign;
+}
+constexpr int64_t bwd_varlen_scratch_rows(int total_q, int batch) {
+  return int64_t(total_q) + int64_t(kBwdRowAlign) * batch;
+}
 
 struct BwdParams : FwdParams {
   const void* __restrict__ do_ptr = nullptr;
@@ -93,6 +111,7 @@ struct BwdParams : FwdParams {
   float* __restrict__ delta_ptr = nullptr;
   float* __restrict__ lse_log2_ptr = nullptr;
   int seqlen_q_rounded = 0;
+  int64_t varlen_scratch_rows = 0;  // varlen only: scratch rows per head (see above)
 
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;

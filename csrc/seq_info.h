@@ -54,4 +54,25 @@ struct SeqInfo<true> {
   CUTE_DEVICE int64_t lse_offset() const { return lse0; }
 };
 
+// The backward's row-padded float32 scratch (delta, lse_log2, dq_accum slices; params.h).
+// scratch_row0: first row of (batch, head) in it; split_rows: rows per dq_accum slice.
+// <false>: fixed-length batches only, as before varlen; <true> also reads cu_seqlens_q.
+template <bool kVarlen>
+CUTE_DEVICE int64_t bwd_scratch_row0(BwdParams const& p, int batch, int head) {
+  if constexpr (kVarlen) {
+    if (p.cu_seqlens_q != nullptr) {
+      return int64_t(head) * p.varlen_scratch_rows + bwd_varlen_scratch_start(p.cu_seqlens_q[batch], batch);
+    }
+  }
+  return (int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded;
+}
+
+template <bool kVarlen>
+CUTE_DEVICE int64_t bwd_scratch_split_rows(BwdParams const& p) {
+  if constexpr (kVarlen) {
+    if (p.cu_seqlens_q != nullptr) { return int64_t(p.nheads) * p.varlen_scratch_rows; }
+  }
+  return int64_t(p.batch) * p.nheads * p.seqlen_q_rounded;
+}
+
 }  // namespace flash

@@ -10,12 +10,37 @@ from typing import Optional, Tuple, Union
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from ._ops import compiled_dtypes, compiled_head_dims
+from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims
 from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softmax_scale,
                         check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
 __all__ = ["attention", "attention_varlen", "compiled_head_dims", "compiled_dtypes", "__version__"]
+
+
+def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, softmax_scale: Optional[float], causal: bool,
+                     window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[torch.Tensor],
+                     varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor]]:
+    """The options after q, k, v of attention() / attention_varlen(), checked and normalised:
+    (softmax_scale, window_left, window_right, softcap, alibi_slopes). q's heads are dim -2."""
+    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
+    window_left, window_right = check_window_size(window_size, causal)
+    softcap = check_softcap(softcap)
+    alibi_slopes = check_alibi_slopes(alibi_slopes, batch, q.shape[-2], q.device)
+    if alibi_slopes is not None and softcap != 0:
+        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    if alibi_slopes is not None and alibi_slopes.requires_grad:
+        raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
+    if softcap != 0 and not softmax_scale / softcap >= 1.1754943508222875e-38:  # FLT_MIN
+        raise ValueError(f"flash_attn_cuda: softcap {softcap} is too large for softmax_scale {softmax_scale} "
+                         "(softmax_scale / softcap must be a normal float32)")
+    # A left edge at or past the last key is no edge (the plain kernel runs it).
+    needs_features = varlen or softcap != 0 or alibi_slopes is not None or 0 <= window_left < seqlen_k
+    if needs_features and not HAS_FEATURES:
+        raise ValueError("flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes and attention_varlen "
+                         "need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
+                         "rebuild without that flag")
+    return softmax_scale, window_left, window_right, softcap, alibi_slopes
 
 
 def attention(
@@ -68,17 +93,8 @@ def attention(
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
-    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
-    window_left, window_right = check_window_size(window_size, causal)
-    softcap = check_softcap(softcap)
-    alibi_slopes = check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
-    if alibi_slopes is not None and softcap != 0:
-        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
-    if alibi_slopes is not None and alibi_slopes.requires_grad:
-        raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
-    if softcap != 0 and not softmax_scale / softcap >= 1.1754943508222875e-38:  # FLT_MIN
-        raise ValueError(f"flash_attn_cuda: softcap {softcap} is too large for softmax_scale {softmax_scale} "
-                         "(softmax_scale / softcap must be a normal float32)")
+    softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
+        q, q.shape[0], k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=False)
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
                                              window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out
@@ -98,10 +114,11 @@ def attention_varlen(
     window_size: Tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """attention() on a packed batch of variable-length sequences (flash-attn's
-    flash_attn_varlen_func layout). FORWARD ONLY for now: .backward() raises.
+    flash_attn_varlen_func layout), forward and backward.
 
     Args:
         q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim).
@@ -118,13 +135,10 @@ def attention_varlen(
                                    compiled_head_dims(), compiled_dtypes(),
                                    check_device=not compiling and not is_fake(q), check_alignment=not compiling,
                                    check_values=not compiling)
-    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
-    window_left, window_right = check_window_size(window_size, causal)
-    softcap = check_softcap(softcap)
-    alibi_slopes = check_alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
-    if alibi_slopes is not None and softcap != 0:
-        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
+        q, batch, int(max_seqlen_k), softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=True)
     out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                                    int(max_seqlen_k), float(softmax_scale), bool(causal), False,
+                                                    int(max_seqlen_k), float(softmax_scale), bool(causal),
+                                                    bool(deterministic),
                                                     window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out

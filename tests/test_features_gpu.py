@@ -205,36 +205,3 @@ def test_huge_softcap_and_trainable_slopes_are_refused():
         torch.ops.flash_attn_cuda.fwd(q, q, q, 0.125, False, False, -1, -1, 1e38, None)
     with pytest.raises(ValueError, match="no gradient"):
         attention(q, q, q, alibi_slopes=torch.ones(2, device="cuda", requires_grad=True))
-
-
-def _packed(lengths, nheads, hdim, dtype):
-    total = sum(lengths)
-    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
-    return torch.randn(total, nheads, hdim, device="cuda", dtype=dtype), cu
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("hdim", HDIMS)
-@pytest.mark.parametrize("causal,window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (50, 20))], ids=str)
-@pytest.mark.parametrize("lengths_q,lengths_k", [([5, 0, 300, 129], [7, 3, 300, 1000]), ([1000], [1000]),
-                                                 ([64, 64, 65], [200, 0, 65])], ids=str)
-def test_varlen_forward(lengths_q, lengths_k, causal, window_size, hdim, dtype):
-    from flash_attn_cuda import attention_varlen
-    from flash_attn_cuda.reference import attention_varlen_ref
-    torch.manual_seed(sum(lengths_q) + hdim)
-    q, cu_q = _packed(lengths_q, 4, hdim, dtype)
-    k, cu_k = _packed(lengths_k, 2, hdim, dtype)
-    v = torch.randn_like(k)
-    _poison(q.shape, q.dtype)
-    out, lse = attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
-                                window_size=window_size, return_lse=True)
-    ref, ref_lse = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, window_size=window_size)
-    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, compute_dtype=None, window_size=window_size)
-    err = (out.float() - ref).abs().max().item() if out.numel() else 0.0
-    err_pt = (ref_lowp.float() - ref).abs().max().item() if out.numel() else 0.0
-    assert not out.isnan().any() and err <= 2 * err_pt + 1e-4, f"max error {err:.3e} vs PyTorch's {err_pt:.3e}"
-    assert lse.shape == ref_lse.shape
-    empty = ref_lse == float("-inf")
-    assert torch.equal(lse == float("-inf"), empty)
-    if (~empty).any():
-        assert ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item() <= 1e-4

@@ -1,0 +1,161 @@
+"""attention_varlen on the GPU: packed variable-length batches, forward and backward, against
+the float32 reference run sequence by sequence (reference.attention_varlen_ref), with FA2's rule
+(our max error <= 2 x PyTorch's low-precision error + 1e-4). Outputs are poisoned first."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if torch.cuda.is_available():
+    import flash_attn_cuda
+    from flash_attn_cuda import attention, attention_varlen
+    from flash_attn_cuda.reference import attention_varlen_ref
+
+    HDIMS = flash_attn_cuda.compiled_head_dims()
+    DTYPES = flash_attn_cuda.compiled_dtypes()
+    HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
+else:
+    HDIMS, DTYPES, HAS_BACKWARD = (64,), (torch.bfloat16,), False
+
+# Without a GPU, conftest skips every test here for that reason alone.
+needs_backward = pytest.mark.skipif(torch.cuda.is_available() and not HAS_BACKWARD,
+                                    reason="this build has no backward (FLASH_ATTN_CUDA_BACKWARD=0)")
+
+# (lengths_q, lengths_k): empty sequences, ragged tiles, one long sequence, more keys than queries
+# and the reverse (causal rows that see no key), sequences longer than a 128-row scratch pad.
+LENGTHS = [([5, 0, 300, 129], [7, 3, 300, 1000]), ([1000], [1000]), ([64, 64, 65], [200, 0, 65]),
+           ([1, 257, 0, 383], [1, 257, 130, 0])]
+# (causal, window_size, softcap, alibi)
+OPTIONS = [(False, (-1, -1), 0.0, False), (True, (-1, -1), 0.0, False), (False, (50, 20), 0.0, False),
+           (True, (64, -1), 0.0, True), (False, (-1, -1), 20.0, False)]
+
+
+def _poison(shape, dtype):
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
+    del blocks
+
+
+def _packed(lengths, nheads, hdim, dtype):
+    """(total, nheads, hdim) random rows and int32 (batch + 1,) prefix sums on the GPU."""
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    return torch.randn(sum(lengths), nheads, hdim, device="cuda", dtype=dtype), cu
+
+
+def _inputs(lengths_q, lengths_k, hdim, dtype, nheads=4, nheads_k=2):
+    torch.manual_seed(sum(lengths_q) * 7 + sum(lengths_k) + hdim)
+    q, cu_q = _packed(lengths_q, nheads, hdim, dtype)     # (total_q, nheads, d)
+    k, cu_k = _packed(lengths_k, nheads_k, hdim, dtype)   # (total_k, nheads_k, d)
+    v = torch.randn_like(k)                               # (total_k, nheads_k, d)
+    return q, k, v, cu_q, cu_k
+
+
+def _check(name, ours, ref, lowp):
+    assert not ours.isnan().any(), f"{name} has NaN (unwritten or wrong)"
+    if ours.numel() == 0:
+        return
+    err = (ours.float() - ref).abs().max().item()
+    err_pt = (lowp.float() - ref).abs().max().item()
+    assert err <= 2 * err_pt + 1e-4, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal,window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (50, 20))], ids=str)
+@pytest.mark.parametrize("lengths_q,lengths_k", LENGTHS, ids=str)
+def test_varlen_forward(lengths_q, lengths_k, causal, window_size, hdim, dtype):
+    q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype)
+    _poison(q.shape, q.dtype)
+    out, lse = attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
+                                window_size=window_size, return_lse=True)
+    ref, ref_lse = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, window_size=window_size)
+    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, compute_dtype=None, window_size=window_size)
+    _check("out", out, ref, ref_lowp)
+    assert lse.shape == ref_lse.shape == (q.shape[1], q.shape[0])
+    empty = ref_lse == float("-inf")
+    assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
+    if (~empty).any():
+        assert ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item() <= 1e-4
+
+
+def _varlen_grads(fn, q, k, v, dout):
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    return torch.autograd.grad(fn(*leaves), leaves, dout)
+
+
+@needs_backward
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal,window_size,softcap,alibi", OPTIONS, ids=str)
+@pytest.mark.parametrize("lengths_q,lengths_k", LENGTHS, ids=str)
+def test_varlen_backward(lengths_q, lengths_k, causal, window_size, softcap, alibi, hdim, dtype):
+    q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype)
+    slopes = torch.rand(len(lengths_q), q.shape[1], device="cuda") if alibi else None  # (batch, nheads)
+    opts = dict(window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+    dout = torch.randn_like(q)
+    _poison(q.shape, q.dtype)
+    ours = _varlen_grads(lambda a, b, c: attention_varlen(a, b, c, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                                                          causal=causal, **opts), q, k, v, dout)
+    ref = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, causal, **opts)[0],
+                        q, k, v, dout.float())
+    lowp = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, causal, compute_dtype=None,
+                                                              **opts)[0], q, k, v, dout)
+    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref, lowp):
+        assert g.shape == r.shape
+        _check(name, g, r, l)
+
+
+@needs_backward
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_matches_padded_batch(causal):
+    """Equal lengths: the packed batch is the padded batch reshaped; both paths agree closely."""
+    hdim, dtype, batch, seqlen = HDIMS[-1], DTYPES[0], 3, 300
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(batch, seqlen, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    cu = torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device="cuda")
+    dout = torch.randn_like(q)
+    padded = _varlen_grads(lambda a, b, c: attention(a, b, c, causal=causal), q, k, v, dout)
+    packed = _varlen_grads(
+        lambda a, b, c: attention_varlen(a, b, c, cu, cu, seqlen, seqlen, causal=causal),
+        *(t.flatten(0, 1) for t in (q, k, v)), dout.flatten(0, 1))
+    for a, b in zip(padded, packed):
+        torch.testing.assert_close(a.flatten(0, 1), b, rtol=0, atol=2e-2)
+
+
+@needs_backward
+def test_varlen_deterministic_backward():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    lengths_q, lengths_k = [300, 0, 1000, 77], [500, 20, 1000, 77]
+    q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype)
+    dout = torch.randn_like(q)
+    runs = [_varlen_grads(lambda a, b, c: attention_varlen(a, b, c, cu_q, cu_k, 1000, 1000, causal=True,
+                                                           deterministic=True), q, k, v, dout) for _ in range(3)]
+    ref = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, True)[0], q, k, v, dout.float())
+    lowp = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, True, compute_dtype=None)[0],
+                         q, k, v, dout)
+    for name, g, r, l in zip(("dq", "dk", "dv"), runs[0], ref, lowp):
+        _check(name, g, r, l)
+    for later in runs[1:]:
+        for a, b in zip(runs[0], later):
+            assert torch.equal(a, b), "deterministic varlen gradients differ between runs"
+
+
+@needs_backward
+def test_varlen_compile_and_opcheck():
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v, cu_q, cu_k = _inputs([100, 0, 37], [64, 5, 200], hdim, dtype)
+
+    def loss(a, b, c):  # deterministic: dq's float32 atomics would make the bits run-dependent
+        out = attention_varlen(a, b, c, cu_q, cu_k, 100, 200, causal=True, deterministic=True)
+        return out.float().square().sum()
+
+    eager = _varlen_grads(loss, q, k, v, torch.tensor(1.0, device="cuda"))
+    compiled = _varlen_grads(torch.compile(loss, fullgraph=True), q, k, v, torch.tensor(1.0, device="cuda"))
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_q, cu_k, 100, 200, hdim ** -0.5, True)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # opcheck tests autograd too
+    torch.library.opcheck(torch.ops.flash_attn_cuda.fwd_varlen.default,
+                          (*leaves, cu_q, cu_k, 100, 200, hdim ** -0.5, True))
+    torch.library.opcheck(torch.ops.flash_attn_cuda.bwd_varlen.default,
+                          (torch.randn_like(out), q, k, v, out, lse, cu_q, cu_k, 100, 200, hdim ** -0.5, True),
+                          test_utils=("test_schema", "test_faketensor"))
