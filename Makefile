@@ -6,7 +6,7 @@ export CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 BUILD ?= build/cpp
 
-.PHONY: install test bench bench-cpp clean
+.PHONY: install test bench bench-features bench-cpp clean
 
 install:            ## build the extension in place and install the package (editable)
 	$(PYTHON) -m pip install --no-build-isolation --no-deps -e . -v
@@ -16,6 +16,9 @@ test:               ## CPU tests always; GPU tests when a GPU is present (skippe
 
 bench:              ## fwd, bwd, fwd+bwd vs SDPA backends on the FA2-paper grid (needs a GPU) -> benchmarks/results/h200*
 	$(PYTHON) -m flash_attn_cuda.bench --out benchmarks/results --prefix h200
+
+bench-features:     ## GQA (32 q / 8 K/V heads) and varlen vs SDPA (needs a GPU) -> benchmarks/results/h200_{gqa,varlen}.csv, h200_features.md
+	$(PYTHON) -m flash_attn_cuda.bench_features --out benchmarks/results --prefix h200
 
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)
