@@ -9,6 +9,7 @@ only on real tensors outside torch.compile (see check_varlen_inputs).
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -279,6 +280,46 @@ def check_cu_seqlens_values(name: str, cu_seqlens: Union[torch.Tensor, Sequence[
                          f"got {max_seqlen}")
 
 
+class _CheckedCuSeqlens:
+    """cu_seqlens pairs whose values passed check_cu_seqlens_values, so that the layers of one
+    model step, which share the same unmodified tensors, pay the device-to-host copy (a stream
+    sync) once instead of once per call. A key holds both tensors' ids and version counters (an
+    in-place write bumps the version) and the sizes checked against; entries are dropped when
+    either tensor dies (weakref.finalize runs before its id can be reused). Inference tensors have
+    no version counter: they are checked on every call."""
+
+    MAX_ENTRIES = 64
+
+    def __init__(self) -> None:
+        self._keys: dict = {}
+
+    @staticmethod
+    def key(cu_q: torch.Tensor, cu_k: torch.Tensor, sizes: tuple) -> Optional[tuple]:
+        try:
+            return (id(cu_q), cu_q._version, id(cu_k), cu_k._version) + sizes
+        except RuntimeError:  # inference tensors do not track versions
+            return None
+
+    def __contains__(self, key: Optional[tuple]) -> bool:
+        return key is not None and key in self._keys
+
+    def add(self, key: Optional[tuple], cu_q: torch.Tensor, cu_k: torch.Tensor) -> None:
+        if key is None:
+            return
+        if len(self._keys) >= self.MAX_ENTRIES:
+            self._keys.clear()
+        self._keys[key] = True
+        for t in {id(cu_q): cu_q, id(cu_k): cu_k}.values():
+            weakref.finalize(t, self._forget, id(t))
+
+    def _forget(self, tensor_id: int) -> None:
+        for key in [k for k in self._keys if tensor_id in (k[0], k[2])]:
+            del self._keys[key]
+
+
+_checked_cu_seqlens = _CheckedCuSeqlens()
+
+
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         compiled_head_dims: Sequence[int], compiled_dtypes: Sequence[torch.dtype],
                         check_device: bool = True, check_alignment: bool = True,
@@ -290,7 +331,8 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
 
     check_device / check_alignment as in check_attention_inputs. check_values reads cu_seqlens
     (one device-to-host copy, which synchronises) to check their contents and the max_seqlen
-    bounds; it is skipped regardless while torch.compile traces and on fake/meta tensors,
+    bounds, once per unmodified pair of tensors (_CheckedCuSeqlens: the layers of a model step
+    share them); it is skipped regardless while torch.compile traces and on fake/meta tensors,
     where the values do not exist. Everything else is checked always.
 
     Returns (compiled head dim that will run, batch). TypeError for types/dtypes, ValueError else.
@@ -306,7 +348,10 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     max_seqlen_q = check_max_seqlen("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = check_max_seqlen("max_seqlen_k", max_seqlen_k)
     if check_values and values_readable(cu_seqlens_q) and values_readable(cu_seqlens_k):
-        values_q, values_k = torch.stack((cu_seqlens_q, cu_seqlens_k)).tolist()   # one device-to-host copy
-        check_cu_seqlens_values("cu_seqlens_q", values_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
-        check_cu_seqlens_values("cu_seqlens_k", values_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
+        key = _checked_cu_seqlens.key(cu_seqlens_q, cu_seqlens_k, (q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k))
+        if key not in _checked_cu_seqlens:
+            values_q, values_k = torch.stack((cu_seqlens_q, cu_seqlens_k)).tolist()   # one device-to-host copy
+            check_cu_seqlens_values("cu_seqlens_q", values_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
+            check_cu_seqlens_values("cu_seqlens_k", values_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
+            _checked_cu_seqlens.add(key, cu_seqlens_q, cu_seqlens_k)
     return runnable, batch
