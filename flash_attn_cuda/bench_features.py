@@ -19,8 +19,9 @@ additive key-padding mask (batch, 1, 1, max) where the backend takes one ("(padd
 else no mask ("(padded, no mask)": an upper bound on speed, not the same result). FLOPs count
 real tokens only (visible pairs), so padding shows as lower TFLOP/s. Padded rows are timed
 without the pad/unpad copies (fwd_ms) and with them (fwd_pad_ms: packed in, packed out; for SDPA
-with the copies into its (batch, nheads, seqlen, d) layout). attention_varlen's time includes
-its check of the cu_seqlens values (one device-to-host copy per call). fwd+bwd is timed when
+with the copies into its (batch, nheads, seqlen, d) layout). attention_varlen checks the
+cu_seqlens values (one device-to-host copy) on its first call with a pair of cu_seqlens tensors,
+in the warm-up, not in the timed calls: as in a model whose layers share them. fwd+bwd is timed when
 this build's attention_varlen has a backward (tried once on a tiny input).
 
 Before timing, each row's output on the first input set is checked against SDPA's (default
@@ -360,8 +361,8 @@ def features_md(args: argparse.Namespace, gqa: List[Row], varlen: List[Row], var
             "FLOPs count real tokens only. Causal padded runs need no mask (padding follows each sequence's "
             "real queries); non-causal ones take a key-padding mask where the backend accepts one. same_result "
             "False: padded without a mask, an upper bound on speed, not the same result. incl. pad: the "
-            "pad/unpad copies timed too. attention_varlen's time includes its cu_seqlens check (one "
-            f"device-to-host copy).{varlen_note}\n\n"
+            "pad/unpad copies timed too. attention_varlen checks the cu_seqlens values (one device-to-host "
+            f"copy) on its first call with these tensors, in the warm-up.{varlen_note}\n\n"
             + md_table(varlen, ["causal", "max_seqlen", "total_tokens", "impl", "same_result"],
                        ["causal", "max_seqlen"], metrics))
     return "\n".join(sections)
