@@ -18,6 +18,15 @@ __version__ = "0.1.0"
 __all__ = ["attention", "attention_varlen", "compiled_head_dims", "compiled_dtypes", "__version__"]
 
 
+def _check_flash_attn_only_args(dropout_p: float, return_attn_probs: bool) -> None:
+    """flash-attn's arguments this package takes for call compatibility but does not implement."""
+    if dropout_p != 0.0:
+        raise ValueError(f"flash_attn_cuda: attention dropout is not implemented; dropout_p must be 0.0, got {dropout_p}")
+    if return_attn_probs:
+        raise ValueError("flash_attn_cuda: return_attn_probs (flash-attn's testing-only dropout mask) is not "
+                         "implemented; use return_lse=True for the log-sum-exp")
+
+
 def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, softmax_scale: Optional[float], causal: bool,
                      window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[torch.Tensor],
                      varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor]]:
@@ -47,13 +56,15 @@ def attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
-    causal: bool = False,
+    dropout_p: float = 0.0,
     softmax_scale: Optional[float] = None,
+    causal: bool = False,
     window_size: Tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Exact softmax attention, computed by the FlashAttention-2 kernels of this package.
@@ -63,10 +74,12 @@ def attention(
         k: (batch, seqlen_k, nheads_k, headdim), same dtype/device; nheads % nheads_k == 0
            (nheads_k < nheads is grouped-query attention: head h reads K/V head h // (nheads // nheads_k)).
         v: (batch, seqlen_k, nheads_k, headdim).
+        dropout_p: must be 0.0 (no attention dropout); here so that flash-attn's positional
+            order (q, k, v, dropout_p, softmax_scale, causal, ...) works unchanged.
+        softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
         causal: mask keys after the query, aligned to the bottom-right corner of the score matrix
             (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
             no key get output 0 and LSE -inf.
-        softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
         window_size: (left, right) sliding window: query i sees keys j with
             i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; -1 = unbounded
             on that side. causal=True sets right = 0. K/V blocks outside the window are skipped.
@@ -79,7 +92,8 @@ def attention(
             shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
             head): about num_SMs / (batch * nheads) of them, at most one per 128 keys) and some
             speed. torch.use_deterministic_algorithms does not switch it on; pass it explicitly.
-        return_lse: also return the log-sum-exp of each row's scaled scores.
+        return_attn_probs: must be False (flash-attn's testing-only dropout mask); use return_lse.
+        return_lse: (keyword) also return the log-sum-exp of each row's scaled scores.
 
     headdim must be a multiple of 8 and <= 256; only the last dimension of each input must be
     contiguous (strided views of the others are fine).
@@ -93,6 +107,7 @@ def attention(
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
+    _check_flash_attn_only_args(dropout_p, return_attn_probs)
     softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
         q, q.shape[0], k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=False)
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
@@ -108,13 +123,15 @@ def attention_varlen(
     cu_seqlens_k: torch.Tensor,
     max_seqlen_q: int,
     max_seqlen_k: int,
-    *,
-    causal: bool = False,
+    dropout_p: float = 0.0,
     softmax_scale: Optional[float] = None,
+    causal: bool = False,
     window_size: Tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """attention() on a packed batch of variable-length sequences (flash-attn's
@@ -125,16 +142,19 @@ def attention_varlen(
         cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) prefix sums on q's device: sequence b is
             rows cu[b]:cu[b + 1] (length 0 allowed).
         max_seqlen_q, max_seqlen_k: Python ints >= the longest sequence (they size the grid).
-        Other options as in attention(); causal and windows align each sequence's bottom-right.
+        Other options as in attention(), in flash_attn_varlen_func's order; causal and windows
+        align each sequence's bottom-right corner.
 
     Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32.
-    The cu_seqlens values are checked (one device-to-host copy) except while torch.compile traces.
+    The cu_seqlens values are checked (one device-to-host copy) on the first call with a given
+    unmodified pair of tensors, never while torch.compile traces.
     """
     compiling = torch.compiler.is_compiling()
     _, batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    compiled_head_dims(), compiled_dtypes(),
                                    check_device=not compiling and not is_fake(q), check_alignment=not compiling,
                                    check_values=not compiling)
+    _check_flash_attn_only_args(dropout_p, return_attn_probs)
     softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
         q, batch, int(max_seqlen_k), softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=True)
     out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),

@@ -176,3 +176,30 @@ def test_feature_options_refused_without_feature_kernels(fake, monkeypatch):
     # plain kernels: causal, a right edge only, a left edge that reaches every key
     for options in (dict(causal=True), dict(window_size=(-1, 5)), dict(window_size=(48, -1))):
         assert attention(q, k, k, **options).shape == q.shape
+
+
+# flash-attn 2.x signatures (flash_attn_func, flash_attn_varlen_func): switching is an import change.
+FLASH_ATTN_FUNC = ["q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
+                   "deterministic", "return_attn_probs"]
+FLASH_ATTN_VARLEN_FUNC = FLASH_ATTN_FUNC[:3] + ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                                "max_seqlen_k"] + FLASH_ATTN_FUNC[3:]
+
+
+def test_flash_attn_positional_order_and_unimplemented_args(fake):
+    import inspect
+
+    from flash_attn_cuda import attention_varlen
+    for fn, names in ((attention, FLASH_ATTN_FUNC), (attention_varlen, FLASH_ATTN_VARLEN_FUNC)):
+        params = inspect.signature(fn).parameters
+        positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        assert positional == names
+    q, k = t(2, 64, 4, HDIM), t(2, 48, 4, HDIM)
+    out = attention(q, k, k, 0.0, 0.25, True)  # flash_attn_func(q, k, v, dropout_p, softmax_scale, causal)
+    assert out.shape == q.shape
+    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
+        attention(q, k, k, 0.1)
+    with pytest.raises(ValueError, match="return_lse=True"):
+        attention(q, k, k, return_attn_probs=True)
+    cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
+        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, 0.5)
