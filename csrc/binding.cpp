@@ -102,6 +102,21 @@ float checked_softcap(double softcap) {
   return static_cast<float>(softcap);
 }
 
+// What every op checks of its options before allocating anything: scale, softcap, window sides,
+// ALiBi slopes (against batch x nheads). Returns the compiled head dim the call runs.
+int check_options(const at::Tensor& q, int64_t batch, int64_t nheads, int64_t headdim, double softmax_scale,
+                  const Options& opt) {
+  checked_scale(softmax_scale);
+  checked_softcap(opt.softcap);
+  window_side(opt.window_left, "left");
+  window_side(opt.window_right, "right");
+  check_alibi(*opt.alibi_slopes, q, batch, nheads, opt.softcap);
+  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
+              " is larger than every head dim compiled into this build");
+  return headdim_rounded;
+}
+
 void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
                   int headdim_rounded);
 
@@ -207,14 +222,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen,
               "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
               num(seqlen_q), " and ", num(seqlen_k));
-  checked_scale(softmax_scale);  // before any allocation
-  checked_softcap(softcap);
-  window_side(window_left, "left");
-  window_side(window_right, "right");
-  check_alibi(alibi_slopes, q, q.size(0), q.size(2), softcap);
-  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
-              " is larger than every head dim compiled into this build");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
@@ -291,13 +299,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int64_t nheads = q.size(1), headdim = q.size(2);
-  checked_scale(softmax_scale);
-  checked_softcap(softcap);
-  window_side(window_left, "left");
-  window_side(window_right, "right");
-  check_alibi(alibi_slopes, q, batch, nheads, softcap);
-  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
@@ -404,13 +406,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
               "flash_attn_cuda: lse must be contiguous float32 (batch, nheads, seqlen_q)");
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen && batch <= 65535 && nheads <= 65535,
               "flash_attn_cuda: sizes out of range");
-  checked_scale(softmax_scale);  // before any allocation
-  checked_softcap(softcap);
-  window_side(window_left, "left");
-  window_side(window_right, "right");
-  check_alibi(alibi_slopes, q, q.size(0), q.size(2), softcap);
-  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   check_bwd_smem(q, headdim_rounded);
@@ -450,13 +446,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
   TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
                   lse.sizes() == at::IntArrayRef({nheads, total_q}),
               "flash_attn_cuda: lse must be contiguous float32 (nheads, total_q)");
-  checked_scale(softmax_scale);  // before any allocation
-  checked_softcap(softcap);
-  window_side(window_left, "left");
-  window_side(window_right, "right");
-  check_alibi(alibi_slopes, q, batch, nheads, softcap);
-  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   check_bwd_smem(q, headdim_rounded);

@@ -3,6 +3,7 @@
 twice PyTorch's own low-precision error plus a small epsilon. Outputs are poisoned first."""
 import pytest
 import torch
+from fa2_checks import assert_fa2_close, assert_grads_fa2_close, assert_lse_close, poison
 
 pytestmark = pytest.mark.gpu
 
@@ -24,46 +25,23 @@ OPTIONS = [((32, -1), False, 0.0), ((-1, 17), False, 0.0), ((64, 64), False, 0.0
            ((48, 8), False, 20.0)]
 
 
-def _poison(shape, dtype):
-    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
-    del blocks
-
-
 def _ref(q, k, v, causal, window_size, softcap, compute_dtype):
     return attention_ref(q, k, v, causal, compute_dtype=compute_dtype, window_size=window_size, softcap=softcap)
 
 
 def check_forward(q, k, v, window_size, causal, softcap):
-    _poison(q.shape, q.dtype)
+    poison(q.shape, q.dtype)
     out, lse = attention(q, k, v, causal=causal, window_size=window_size, softcap=softcap, return_lse=True)
     ref, ref_lse = _ref(q, k, v, causal, window_size, softcap, torch.float32)
     ref_lowp, _ = _ref(q, k, v, causal, window_size, softcap, None)
-    assert not out.isnan().any(), "output has NaN (unwritten or wrong)"
-    err = (out.float() - ref).abs().max().item()
-    err_pt = (ref_lowp.float() - ref).abs().max().item()
-    assert err <= 2 * err_pt + 1e-4, f"max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
-    empty = ref_lse == float("-inf")
-    assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
-    if (~empty).any():
-        lse_err = ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item()
-        assert lse_err <= 2e-3 if softcap else lse_err <= 1e-4, f"LSE relative error {lse_err:.3e}"
+    assert_fa2_close("out", out, ref, ref_lowp)
+    assert_lse_close(lse, ref_lse, rtol=2e-3 if softcap else 1e-4)  # tanh.approx
 
 
 def check_backward(q, k, v, window_size, causal, softcap):
-    dout = torch.randn_like(q)
-
-    def grads(fn, dout):
-        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        return torch.autograd.grad(fn(*leaves), leaves, dout)
-
-    ours = grads(lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, softcap=softcap), dout)
-    ref = grads(lambda a, b, c: _ref(a, b, c, causal, window_size, softcap, torch.float32)[0], dout.float())
-    lowp = grads(lambda a, b, c: _ref(a, b, c, causal, window_size, softcap, None)[0], dout)
-    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref, lowp):
-        assert not g.isnan().any(), f"{name} has NaN"
-        err = (g.float() - r).abs().max().item()
-        err_pt = (l.float() - r).abs().max().item()
-        assert err <= 2 * err_pt + 1e-4, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
+    assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, softcap=softcap),
+                           lambda a, b, c, dt: _ref(a, b, c, causal, window_size, softcap, dt)[0],
+                           (q, k, v), torch.randn_like(q))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -130,32 +108,16 @@ def test_alibi_forward_and_backward(seqlen_q, seqlen_k, window_size, causal, per
     k = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
     v = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
     slopes = torch.rand((batch, nheads) if per_batch else (nheads,), device="cuda") * 0.5
-    _poison(q.shape, q.dtype)
+    poison(q.shape, q.dtype)
     out, lse = attention(q, k, v, causal=causal, window_size=window_size, alibi_slopes=slopes, return_lse=True)
     ref, ref_lse = _alibi_ref(q, k, v, causal, window_size, slopes, torch.float32)
     ref_lowp, _ = _alibi_ref(q, k, v, causal, window_size, slopes, None)
-    err = (out.float() - ref).abs().max().item()
-    err_pt = (ref_lowp.float() - ref).abs().max().item()
-    assert not out.isnan().any() and err <= 2 * err_pt + 1e-4, f"max error {err:.3e} vs PyTorch's {err_pt:.3e}"
-    empty = ref_lse == float("-inf")
-    assert torch.equal(lse == float("-inf"), empty)
-    if (~empty).any():
-        assert ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item() <= 1e-4
-    if not HAS_BACKWARD:
-        return
-    dout = torch.randn_like(q)
-
-    def grads(fn, dout):
-        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        return torch.autograd.grad(fn(*leaves), leaves, dout)
-
-    ours = grads(lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, alibi_slopes=slopes), dout)
-    ref_g = grads(lambda a, b, c: _alibi_ref(a, b, c, causal, window_size, slopes, torch.float32)[0], dout.float())
-    lowp = grads(lambda a, b, c: _alibi_ref(a, b, c, causal, window_size, slopes, None)[0], dout)
-    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref_g, lowp):
-        err = (g.float() - r).abs().max().item()
-        err_pt = (l.float() - r).abs().max().item()
-        assert not g.isnan().any() and err <= 2 * err_pt + 1e-4, f"{name}: {err:.3e} vs PyTorch's {err_pt:.3e}"
+    assert_fa2_close("out", out, ref, ref_lowp)
+    assert_lse_close(lse, ref_lse)
+    if HAS_BACKWARD:
+        assert_grads_fa2_close(
+            lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, alibi_slopes=slopes),
+            lambda a, b, c, dt: _alibi_ref(a, b, c, causal, window_size, slopes, dt)[0], (q, k, v), torch.randn_like(q))
 
 
 def test_alibi_with_softcap_is_refused():

@@ -3,6 +3,7 @@ the float32 reference run sequence by sequence (reference.attention_varlen_ref),
 (our max error <= 2 x PyTorch's low-precision error + 1e-4). Outputs are poisoned first."""
 import pytest
 import torch
+from fa2_checks import assert_fa2_close, assert_grads_fa2_close, assert_lse_close, grads, poison
 
 pytestmark = pytest.mark.gpu
 
@@ -30,11 +31,6 @@ OPTIONS = [(False, (-1, -1), 0.0, False), (True, (-1, -1), 0.0, False), (False, 
            (True, (64, -1), 0.0, True), (False, (-1, -1), 20.0, False)]
 
 
-def _poison(shape, dtype):
-    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
-    del blocks
-
-
 def _packed(lengths, nheads, hdim, dtype):
     """(total, nheads, hdim) random rows and int32 (batch + 1,) prefix sums on the GPU."""
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
@@ -49,37 +45,20 @@ def _inputs(lengths_q, lengths_k, hdim, dtype, nheads=4, nheads_k=2):
     return q, k, v, cu_q, cu_k
 
 
-def _check(name, ours, ref, lowp):
-    assert not ours.isnan().any(), f"{name} has NaN (unwritten or wrong)"
-    if ours.numel() == 0:
-        return
-    err = (ours.float() - ref).abs().max().item()
-    err_pt = (lowp.float() - ref).abs().max().item()
-    assert err <= 2 * err_pt + 1e-4, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("hdim", HDIMS)
 @pytest.mark.parametrize("causal,window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (50, 20))], ids=str)
 @pytest.mark.parametrize("lengths_q,lengths_k", LENGTHS, ids=str)
 def test_varlen_forward(lengths_q, lengths_k, causal, window_size, hdim, dtype):
     q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype)
-    _poison(q.shape, q.dtype)
+    poison(q.shape, q.dtype)
     out, lse = attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
                                 window_size=window_size, return_lse=True)
     ref, ref_lse = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, window_size=window_size)
     ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, compute_dtype=None, window_size=window_size)
-    _check("out", out, ref, ref_lowp)
-    assert lse.shape == ref_lse.shape == (q.shape[1], q.shape[0])
-    empty = ref_lse == float("-inf")
-    assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
-    if (~empty).any():
-        assert ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item() <= 1e-4
-
-
-def _varlen_grads(fn, q, k, v, dout):
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    return torch.autograd.grad(fn(*leaves), leaves, dout)
+    assert_fa2_close("out", out, ref, ref_lowp)
+    assert lse.shape == (q.shape[1], q.shape[0])
+    assert_lse_close(lse, ref_lse)
 
 
 @needs_backward
@@ -91,17 +70,11 @@ def test_varlen_backward(lengths_q, lengths_k, causal, window_size, softcap, ali
     q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype)
     slopes = torch.rand(len(lengths_q), q.shape[1], device="cuda") if alibi else None  # (batch, nheads)
     opts = dict(window_size=window_size, softcap=softcap, alibi_slopes=slopes)
-    dout = torch.randn_like(q)
-    _poison(q.shape, q.dtype)
-    ours = _varlen_grads(lambda a, b, c: attention_varlen(a, b, c, cu_q, cu_k, max(lengths_q), max(lengths_k),
-                                                          causal=causal, **opts), q, k, v, dout)
-    ref = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, causal, **opts)[0],
-                        q, k, v, dout.float())
-    lowp = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, causal, compute_dtype=None,
-                                                              **opts)[0], q, k, v, dout)
-    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref, lowp):
-        assert g.shape == r.shape
-        _check(name, g, r, l)
+    poison(q.shape, q.dtype)
+    assert_grads_fa2_close(
+        lambda a, b, c: attention_varlen(a, b, c, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal, **opts),
+        lambda a, b, c, dt: attention_varlen_ref(a, b, c, cu_q, cu_k, causal, compute_dtype=dt, **opts)[0],
+        (q, k, v), torch.randn_like(q))
 
 
 @needs_backward
@@ -113,10 +86,9 @@ def test_varlen_matches_padded_batch(causal):
     q, k, v = (torch.randn(batch, seqlen, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
     cu = torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device="cuda")
     dout = torch.randn_like(q)
-    padded = _varlen_grads(lambda a, b, c: attention(a, b, c, causal=causal), q, k, v, dout)
-    packed = _varlen_grads(
-        lambda a, b, c: attention_varlen(a, b, c, cu, cu, seqlen, seqlen, causal=causal),
-        *(t.flatten(0, 1) for t in (q, k, v)), dout.flatten(0, 1))
+    padded = grads(lambda a, b, c: attention(a, b, c, causal=causal), (q, k, v), dout)
+    packed = grads(lambda a, b, c: attention_varlen(a, b, c, cu, cu, seqlen, seqlen, causal=causal),
+                   [t.flatten(0, 1) for t in (q, k, v)], dout.flatten(0, 1))
     for a, b in zip(padded, packed):
         torch.testing.assert_close(a.flatten(0, 1), b, rtol=0, atol=2e-2)
 
@@ -127,13 +99,13 @@ def test_varlen_deterministic_backward():
     lengths_q, lengths_k = [300, 0, 1000, 77], [500, 20, 1000, 77]
     q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype)
     dout = torch.randn_like(q)
-    runs = [_varlen_grads(lambda a, b, c: attention_varlen(a, b, c, cu_q, cu_k, 1000, 1000, causal=True,
-                                                           deterministic=True), q, k, v, dout) for _ in range(3)]
-    ref = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, True)[0], q, k, v, dout.float())
-    lowp = _varlen_grads(lambda a, b, c: attention_varlen_ref(a, b, c, cu_q, cu_k, True, compute_dtype=None)[0],
-                         q, k, v, dout)
-    for name, g, r, l in zip(("dq", "dk", "dv"), runs[0], ref, lowp):
-        _check(name, g, r, l)
+
+    def ours(a, b, c):
+        return attention_varlen(a, b, c, cu_q, cu_k, 1000, 1000, causal=True, deterministic=True)
+
+    assert_grads_fa2_close(ours, lambda a, b, c, dt: attention_varlen_ref(a, b, c, cu_q, cu_k, True,
+                                                                         compute_dtype=dt)[0], (q, k, v), dout)
+    runs = [grads(ours, (q, k, v), dout) for _ in range(3)]
     for later in runs[1:]:
         for a, b in zip(runs[0], later):
             assert torch.equal(a, b), "deterministic varlen gradients differ between runs"
@@ -148,8 +120,8 @@ def test_varlen_compile_and_opcheck():
         out = attention_varlen(a, b, c, cu_q, cu_k, 100, 200, causal=True, deterministic=True)
         return out.float().square().sum()
 
-    eager = _varlen_grads(loss, q, k, v, torch.tensor(1.0, device="cuda"))
-    compiled = _varlen_grads(torch.compile(loss, fullgraph=True), q, k, v, torch.tensor(1.0, device="cuda"))
+    eager = grads(loss, (q, k, v), torch.tensor(1.0, device="cuda"))
+    compiled = grads(torch.compile(loss, fullgraph=True), (q, k, v), torch.tensor(1.0, device="cuda"))
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_q, cu_k, 100, 200, hdim ** -0.5, True)
