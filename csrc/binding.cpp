@@ -61,11 +61,37 @@ float checked_scale(double softmax_scale) {
   return scale;
 }
 
-// cudaErrorNotSupported from run_fwd/run_bwd: the options need the feature kernels (fwd_launch.h).
-void check_features_compiled(cudaError_t err) {
+// One clear error for whatever run_fwd / run_bwd returned (what: "forward" or "backward").
+// cudaErrorNotSupported: the options need the feature kernels (fwd_launch.h); cudaErrorInvalidValue:
+// sizes/options outside params_supported, or no kernel for this dtype and head dim.
+void check_launch(cudaError_t err, const flash::FwdParams& p, const char* what) {
   TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes "
               "and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
               "rebuild without that flag");
+  TORCH_CHECK(err != cudaErrorInvalidValue || flash::params_supported(p), "flash_attn_cuda: the ", what,
+              " kernels do not support these sizes or options (softmax_scale ", num(double(p.softmax_scale)),
+              ", softcap ", num(double(p.softcap)), ", seqlen_q ", num(int64_t(p.seqlen_q)), ", seqlen_k ",
+              num(int64_t(p.seqlen_k)), ")");
+  TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no ", what, " kernel for dtype ",
+              p.dtype == flash::DType::kFloat16 ? "float16" : "bfloat16", " and head dim ",
+              num(int64_t(p.headdim_rounded)));
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: ", what, " kernel launch failed: ", cudaGetErrorString(err),
+              err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
+                                                       "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
+                                                     : "");
+}
+
+// The forward's GPU requirements on q's device (call under its device guard): sm80+, and the
+// shared memory of the head-dim-headdim_rounded kernel.
+void check_fwd_device(const at::Tensor& q, int64_t headdim, int headdim_rounded) {
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
+              num(int64_t(props->major)), ".", num(int64_t(props->minor)));
+  const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
+  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
+              "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
+              " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
+              props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
 }
 
 // Attention options both ops take after softmax_scale: the visible-key window and softcap.
@@ -158,6 +184,7 @@ void fill_varlen_params(flash::FwdParams& p, const at::Tensor& q, const at::Tens
   p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
   p.cu_seqlens_k = cu_seqlens_k.data_ptr<int>();
   p.total_q = static_cast<int>(q.size(0));
+  p.total_k = static_cast<int>(k.size(0));
   p.batch = static_cast<int>(cu_seqlens_q.size(0) - 1);
   p.seqlen_q = static_cast<int>(max_seqlen_q);
   p.seqlen_k = static_cast<int>(max_seqlen_k);
@@ -175,9 +202,10 @@ void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale
   p.softcap = checked_softcap(opt.softcap);
   p.softcap_tanh_scale = p.softcap > 0.f ? static_cast<float>(softmax_scale / opt.softcap) : 0.f;
   // A huge softcap would flush tanh's argument to zero (fast-math denormals): uniform attention.
-  TORCH_CHECK(p.softcap == 0.f || (std::isnormal(p.softcap_tanh_scale) && std::isfinite(opt.softcap * M_LOG2E * 2)),
+  TORCH_CHECK(p.softcap == 0.f || (std::isnormal(p.softcap_tanh_scale) &&
+                                   std::isfinite(static_cast<float>(opt.softcap * M_LOG2E * 2))),
               "flash_attn_cuda: softcap ", num(opt.softcap), " is out of range for softmax_scale ", num(softmax_scale),
-              " (softmax_scale / softcap must be a normal float32)");
+              " (softmax_scale / softcap must be a normal float32 and softcap below about 1e38)");
   // Scores live in units of softcap when it is on (score_mods.h).
   p.scale_log2 = static_cast<float>((p.softcap > 0.f ? opt.softcap : softmax_scale) * M_LOG2E);
   if (opt.alibi_slopes != nullptr && opt.alibi_slopes->has_value()) {
@@ -225,14 +253,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
-              num(int64_t(props->major)), ".", num(int64_t(props->minor)));
-  const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
-  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
-              "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
-              " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
-              props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
+  check_fwd_device(q, headdim, headdim_rounded);
 
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
@@ -245,14 +266,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
 
   flash::FwdParams p;
   fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
-  const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
-  check_features_compiled(err);
-  TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
-              q.scalar_type(), " and head dim ", num(int64_t(headdim_rounded)));
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: forward kernel launch failed: ", cudaGetErrorString(err),
-              err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
-                                                       "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
-                                                     : "");
+  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream()), p, "forward");
   return {out, lse};
 }
 
@@ -302,10 +316,13 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
+  check_fwd_device(q, headdim, headdim_rounded);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));
-  if (out.numel() == 0 || batch == 0 || max_seqlen_q == 0) { return {out, lse}; }
-  if (max_seqlen_k == 0) {
+  if (out.numel() == 0) { return {out, lse}; }
+  // No sequence (or none with keys): rows outside every sequence get O = 0, LSE = -inf. Only
+  // inconsistent prefix sums (raw op, compiled graph) leave rows outside every sequence.
+  if (batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0) {
     out.zero_();
     lse.fill_(-std::numeric_limits<float>::infinity());
     return {out, lse};
@@ -313,9 +330,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   flash::FwdParams p;
   fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                      opt, headdim_rounded);
-  const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
-  check_features_compiled(err);
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: varlen forward launch failed: ", cudaGetErrorString(err));
+  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream()), p, "varlen forward");
   return {out, lse};
 }
 
@@ -370,9 +385,7 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   p.dq_batch_stride = batch_stride(dq), p.dq_row_stride = dq.stride(r), p.dq_head_stride = dq.stride(r + 1);
   p.dk_batch_stride = batch_stride(dk), p.dk_row_stride = dk.stride(r), p.dk_head_stride = dk.stride(r + 1);
   p.dv_batch_stride = batch_stride(dv), p.dv_row_stride = dv.stride(r), p.dv_head_stride = dv.stride(r + 1);
-  const cudaError_t err = flash::run_bwd(p, at::cuda::getCurrentCUDAStream());
-  check_features_compiled(err);
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: backward launch failed: ", cudaGetErrorString(err));
+  check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream()), p, "backward");
 }
 
 // Backward (csrc/bwd_kernel.h). Gradients of out only; lse is not differentiable. With GQA,

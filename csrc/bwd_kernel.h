@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 }
 
 // The work of one thread block for K/V block n_block of (head, batch): dK, dV of its keys, and
-// its share of dQ added into dq_accum (this thread block's slice, (batch, nheads,
-// seqlen_q_rounded, headdim_rounded) fp32).
+// its share of dQ added into dq_accum (this thread block's slice of the fp32 scratch, rows as
+// bwd_scratch_row0 places them: params.h).
 template <typename Traits, bool kMods>
 CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_accum, int n_block, int head,
                               int batch) {

@@ -42,7 +42,7 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
   // As launch_fwd: the kMods kernels unless the options need none of them.
   const bool varlen = params.cu_seqlens_q != nullptr;
-  const bool mods = params.softcap > 0.f || params.window_left >= 0 || params.alibi_slopes_ptr != nullptr || varlen;
+  const bool mods = needs_mods(params);
 #ifdef FLASH_ATTN_CUDA_NO_FEATURES
   if (mods) { return cudaErrorNotSupported; }
   auto prepass = &bwd_prepass_kernel<Element, false>;

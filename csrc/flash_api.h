@@ -10,8 +10,7 @@
 
 namespace flash {
 
-// True when the kernels implement these sizes and options (both directions use it; the
-// reserved fields of params.h must be at their defaults).
+// True when the kernels implement these sizes and options (both directions use it).
 bool params_supported(const FwdParams& params);
 
 // Runs the forward pass on `stream`. params.headdim_rounded must be one of compiled_head_dims()

@@ -40,7 +40,7 @@ bool params_supported(const FwdParams& params) {
          (params.cu_seqlens_q == nullptr) == (params.cu_seqlens_k == nullptr) &&
          (params.cu_seqlens_q == nullptr ||
           (params.q_batch_stride == 0 && params.k_batch_stride == 0 && params.v_batch_stride == 0 &&
-           params.o_batch_stride == 0 && params.total_q >= 0));
+           params.o_batch_stride == 0 && params.total_q >= 0 && params.total_k >= 0));
 }
 
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {

@@ -14,8 +14,7 @@ template <typename Traits>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   // The plain instantiation unless softcap, ALiBi, a left window edge or varlen needs the other
   // (fwd_kernel.h); builds with FLASH_ATTN_CUDA_FEATURES=0 have only the plain one.
-  const bool mods = params.softcap > 0.f || params.window_left >= 0 || params.alibi_slopes_ptr != nullptr ||
-                    params.cu_seqlens_q != nullptr;
+  const bool mods = needs_mods(params);
 #ifdef FLASH_ATTN_CUDA_NO_FEATURES
   if (mods) { return cudaErrorNotSupported; }
   auto kernel = &fwd_kernel<Traits, false>;

@@ -1,6 +1,6 @@
 // Which keys a query may see: the K/V block range a Q tile visits, and the element mask on
 // the blocks that straddle a boundary. Causal is the window (left = -1, right = 0); one
-// runtime code path serves full, causal and (later) sliding-window attention.
+// runtime code path serves full, causal and sliding-window attention.
 #pragma once
 
 #include <climits>

@@ -65,10 +65,17 @@ struct FwdParams {
   // (nheads, total_q).
   const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums
   const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums
-  int total_q = 0;                    // cu_seqlens_q[batch]
+  int total_q = 0;                    // rows of q/out: cu_seqlens_q[batch] when the prefix sums are valid
+  int total_k = 0;                    // rows of k/v: cu_seqlens_k[batch] likewise
 
   DType dtype = DType::kBFloat16;
 };
+
+// Whether the options need the kMods instantiation (fwd_kernel.h, bwd_kernel.h): softcap, ALiBi,
+// a left window edge or a varlen batch. Builds with FLASH_ATTN_CUDA_FEATURES=0 refuse these.
+inline bool needs_mods(const FwdParams& p) {
+  return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr;
+}
 
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the
 // gradients, and float32 scratch the caller allocates, with rows padded to seqlen_q_rounded =

@@ -4,7 +4,13 @@
 //
 // SeqInfo<false> reads params at each use (constant bank), exactly as the kernels did before
 // varlen: copying the lengths into registers changed the plain forward's register allocation
-// (d=128: 76 -> 60 B of spills, different SASS). Only kMods instantiations use SeqInfo<true>.
+// (d=128: 76 -> 60 B of spills, different SASS). SeqInfo<true> serves the kMods kernels and the
+// backward's varlen pre-pass / dQ conversion.
+//
+// The prefix sums are trusted by the kernels only as far as memory safety goes: a sequence's
+// first row is clamped into [0, total] and its length to what is left of the packed tensor (and
+// to the max seqlen the grid was sized for). Bad prefix sums (reachable through the raw ops or a
+// compiled graph, which do not read values) give wrong numbers, never out-of-bounds accesses.
 #pragma once
 
 #include <cute/config.hpp>
@@ -35,10 +41,12 @@ struct SeqInfo<true> {
   int64_t q0, k0, lse0;
   CUTE_DEVICE SeqInfo(FwdParams const& p, int batch, int head) {
     if (p.cu_seqlens_q != nullptr) {
-      q0 = p.cu_seqlens_q[batch];
-      k0 = p.cu_seqlens_k[batch];
-      sq = p.cu_seqlens_q[batch + 1] - int(q0);
-      sk = p.cu_seqlens_k[batch + 1] - int(k0);
+      const int first_q = min(max(p.cu_seqlens_q[batch], 0), p.total_q);
+      const int first_k = min(max(p.cu_seqlens_k[batch], 0), p.total_k);
+      sq = min(max(p.cu_seqlens_q[batch + 1] - first_q, 0), min(p.seqlen_q, p.total_q - first_q));
+      sk = min(max(p.cu_seqlens_k[batch + 1] - first_k, 0), min(p.seqlen_k, p.total_k - first_k));
+      q0 = first_q;
+      k0 = first_k;
       lse0 = int64_t(head) * p.total_q + q0;  // lse: (nheads, total_q)
     } else {
       q0 = k0 = 0;
@@ -57,11 +65,13 @@ struct SeqInfo<true> {
 // The backward's row-padded float32 scratch (delta, lse_log2, dq_accum slices; params.h).
 // scratch_row0: first row of (batch, head) in it; split_rows: rows per dq_accum slice.
 // <false>: fixed-length batches only, as before varlen; <true> also reads cu_seqlens_q.
+// The varlen start takes the clamped first row (SeqInfo's), so it stays inside the buffer.
 template <bool kVarlen>
 CUTE_DEVICE int64_t bwd_scratch_row0(BwdParams const& p, int batch, int head) {
   if constexpr (kVarlen) {
     if (p.cu_seqlens_q != nullptr) {
-      return int64_t(head) * p.varlen_scratch_rows + bwd_varlen_scratch_start(p.cu_seqlens_q[batch], batch);
+      const int first_q = min(max(p.cu_seqlens_q[batch], 0), p.total_q);
+      return int64_t(head) * p.varlen_scratch_rows + bwd_varlen_scratch_start(first_q, batch);
     }
   }
   return (int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded;

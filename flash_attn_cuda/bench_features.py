@@ -21,8 +21,8 @@ real tokens only (visible pairs), so padding shows as lower TFLOP/s. Padded rows
 without the pad/unpad copies (fwd_ms) and with them (fwd_pad_ms: packed in, packed out; for SDPA
 with the copies into its (batch, nheads, seqlen, d) layout). attention_varlen checks the
 cu_seqlens values (one device-to-host copy) on its first call with a pair of cu_seqlens tensors,
-in the warm-up, not in the timed calls: as in a model whose layers share them. fwd+bwd is timed when
-this build's attention_varlen has a backward (tried once on a tiny input).
+in the warm-up, not in the timed calls: as in a model whose layers share them. fwd+bwd is timed
+unless --directions is fwd or the build has no backward.
 
 Before timing, each row's output on the first input set is checked against SDPA's (default
 backend choice; per sequence for varlen, real tokens only): max abs error <= CHECK_EPS *
@@ -254,18 +254,6 @@ def gqa_rows(args: argparse.Namespace, causal: bool, seqlen: int) -> List[Row]:
     return rows
 
 
-def varlen_backward(hdim: int, dtype: torch.dtype) -> Optional[str]:
-    """None when attention_varlen's backward runs (tried once on 8 tokens), else why not."""
-    from flash_attn_cuda import attention_varlen
-    q, k, v = (torch.randn(8, 1, hdim, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
-    cu = cu_seqlens([8], DEVICE)  # (2,) int32
-    try:
-        attention_varlen(q, k, v, cu, cu, 8, 8).sum().backward()
-    except (RuntimeError, ValueError) as e:
-        return _first_line(e)
-    return None
-
-
 def varlen_rows(args: argparse.Namespace, causal: bool, max_seqlen: int, bwd: bool) -> List[Row]:
     """The rows of one (causal, max_seqlen) of the varlen benchmark: ours on the packed batch, then
     each impl on the padded batch."""
@@ -424,7 +412,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for causal, seqlen in _progress(list(itertools.product(args.causals, args.seqlens)), "gqa"):
             gqa += gqa_rows(args, causal, seqlen)
     if "varlen" in args.benches:
-        why_not = varlen_backward(args.hdim, DTYPES[args.dtype]) if "bwd" in args.directions else "--directions fwd"
+        why_not = None if "bwd" in args.directions else "--directions fwd"
         varlen_note = f" fwd+bwd not timed: {why_not}" if why_not else ""
         for causal, max_seqlen in _progress(list(itertools.product(args.causals, args.varlen_maxlens)), "varlen"):
             varlen += varlen_rows(args, causal, max_seqlen, why_not is None)

@@ -349,26 +349,3 @@ def test_cpu_run_drops_mismatching_rows(cpu_run, monkeypatch, tmp_path, capsys):
     assert len(rows) == 4 and all(r["error"].startswith("mismatch") and not r["fwd_ms"] for r in rows)
     assert "mismatch: max abs error" in capsys.readouterr().err
     assert not cpu_run  # nothing timed
-
-
-def test_cpu_run_without_varlen_backward_times_forward_only(cpu_run, monkeypatch, tmp_path):
-    import flash_attn_cuda
-
-    class ForwardOnly(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, cu, causal):
-            return bf.varlen_reference(q, k, v, cu, causal)
-
-        @staticmethod
-        def backward(ctx, dout):
-            raise NotImplementedError("attention_varlen has no backward yet")
-
-    def attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
-        return ForwardOnly.apply(q, k, v, cu_q, causal)
-    monkeypatch.setattr(flash_attn_cuda, "attention_varlen", attention_varlen)
-    assert bf.main(SMALL + ["--benches", "varlen", "--impls", "flash_attn_cuda,sdpa_flash",
-                            "--out", str(tmp_path)]) == 0
-    rows = read_rows(tmp_path / "results_varlen.csv")
-    assert len(rows) == 6 and all(r["fwd_ms"] and not r["fwdbwd_ms"] and not r["error"] for r in rows)
-    md = (tmp_path / "results_features.md").read_text()
-    assert "fwd+bwd not timed: attention_varlen has no backward yet" in md and "fwd+bwd TFLOP/s" not in md

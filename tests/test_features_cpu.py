@@ -506,8 +506,8 @@ def test_varlen_value_checks_run_on_real_tensors(monkeypatch):
 
 def test_varlen_values_checked_once_per_unmodified_pair(monkeypatch):
     """The layers of a model step reuse one cu_seqlens pair: its values are read (a stream sync
-    on the GPU) on the first call only, again after an in-place write, never for a dead tensor's
-    reused id, and every call for inference tensors (no version counter)."""
+    on the GPU) on the first call only; again after an in-place write or with other sizes; never
+    taken from an entry whose tensor died (a reused id); every call for inference tensors."""
     monkeypatch.setattr(_validate, "_check_qkv", lambda *args: HDIM)
     reads = []
     real = _validate.check_cu_seqlens_values
@@ -522,9 +522,23 @@ def test_varlen_values_checked_once_per_unmodified_pair(monkeypatch):
     cu_k[1] = 4  # in place: the version changes, the bad value is caught
     with pytest.raises(ValueError, match="non-decreasing"):
         _varlen(q, k, v, cu_q, cu_k, 5, 4)
-    entries = len(_validate._checked_cu_seqlens._keys)
-    del cu_q
-    assert len(_validate._checked_cu_seqlens._keys) < entries  # dropped with the tensor
+    # An entry left by dead tensors under the ids of live ones (what id reuse would do) is ignored.
+    table = _validate._checked_cu_seqlens
+    dead_q, dead_k = _cu(0, 0, 5, 9), _cu(0, 3, 3, 7)
+    table.add(dead_q, dead_k, (9, 7, 5, 4))
+    entry = table._entries[(id(dead_q), id(dead_k))]
+    del dead_q, dead_k
+    fresh_q, fresh_k = _cu(0, 9, 9, 9), _cu(0, 7, 7, 7)
+    table._entries[(id(fresh_q), id(fresh_k))] = entry
+    assert not table.checked(fresh_q, fresh_k, (9, 7, 5, 4))
+    with pytest.raises(ValueError, match="max_seqlen_q must be >= the longest sequence"):
+        _varlen(q, k, v, fresh_q, fresh_k, 5, 4)
+    # A pair refreshed in place many times keeps one entry (no growth).
+    n = len(table._entries)
+    for i in range(200):
+        cu_k[1] = 3
+        _varlen(q, k, v, cu_q, cu_k, 5, 4)
+    assert len(table._entries) <= n + 1
     with torch.inference_mode():
         cu_q, cu_k = _cu(0, 0, 5, 9), _cu(0, 3, 3, 7)
         reads.clear()
