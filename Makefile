@@ -1,12 +1,12 @@
 # flash_attn_cuda developer entry points. Build flags come from the environment
-# (FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_CUDA_HDIMS, FLASH_ATTN_CUDA_DTYPES, FLASH_ATTN_CUDA_BACKWARD, MAX_JOBS,
-# CUTLASS_DIR).
+# (FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_CUDA_HDIMS, FLASH_ATTN_CUDA_DTYPES, FLASH_ATTN_CUDA_BACKWARD,
+# FLASH_ATTN_CUDA_FEATURES, MAX_JOBS, CUTLASS_DIR).
 PYTHON ?= python3
 export CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 BUILD ?= build/cpp
 
-.PHONY: install test bench bench-cpp clean
+.PHONY: install test bench bench-features bench-cpp clean
 
 install:            ## build the extension in place and install the package (editable)
 	$(PYTHON) -m pip install --no-build-isolation --no-deps -e . -v
@@ -17,6 +17,9 @@ test:               ## CPU tests always; GPU tests when a GPU is present (skippe
 bench:              ## fwd, bwd, fwd+bwd vs SDPA backends on the FA2-paper grid (needs a GPU) -> benchmarks/results/h200*
 	$(PYTHON) -m flash_attn_cuda.bench --out benchmarks/results --prefix h200
 
+bench-features:     ## GQA (32 q / 8 K/V heads) and varlen vs SDPA (needs a GPU) -> benchmarks/results/h200_{gqa,varlen}.csv, h200_features.md
+	$(PYTHON) -m flash_attn_cuda.bench_features --out benchmarks/results --prefix h200
+
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)
 ifeq ($(CUTLASS_INC),)
@@ -26,11 +29,11 @@ ifeq ($(CUTLASS_INC),)
 endif
 GENCODE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
   print(' '.join(b.nvcc_gencode_flags(b.parse_archs(os.environ.get('FLASH_ATTN_CUDA_ARCHS')))))")
-# -DFLASH_ATTN_CUDA_BACKWARD in builds with the backward, as setup.py passes it to every source.
-BACKWARD_DEFINE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
-  print('-DFLASH_ATTN_CUDA_BACKWARD' if b.from_env(os.environ).backward else '')")
+# The -D flags setup.py passes to every source (FLASH_ATTN_CUDA_BACKWARD, FLASH_ATTN_CUDA_FEATURES).
+BUILD_DEFINES = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
+  print(' '.join(b.compile_defines(b.from_env(os.environ))))")
 NVCC_FLAGS = -O3 -std=c++20 -DNDEBUG --use_fast_math --expt-relaxed-constexpr -lineinfo $(GENCODE) \
-  $(BACKWARD_DEFINE) -Icsrc -I$(CUTLASS_INC)
+  $(BUILD_DEFINES) -Icsrc -I$(CUTLASS_INC)
 
 # bench_bwd needs the backward instantiations, which tools/gen_instantiations.py does not write with
 # FLASH_ATTN_CUDA_BACKWARD=0; then it is skipped (and a stale one from another build removed).

@@ -32,7 +32,7 @@ directions = ("fwd", "bwd") if cfg.backward else ("fwd",)
 instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions)
 sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
 sources += [os.path.relpath(p, ROOT) for p in instantiations]
-defines = ["-DFLASH_ATTN_CUDA_BACKWARD"] if cfg.backward else []
+defines = build_config.compile_defines(cfg)
 
 include_dirs = [str(ROOT / "csrc"), find_cutlass.include_dir()]
 # The CUDA 13 pip wheels keep cuBLAS/cuSPARSE headers (needed by torch's headers) here.
@@ -54,6 +54,7 @@ if os.environ.get("FLASH_ATTN_CUDA_PTXAS_VERBOSE"):
     nvcc_flags += ["-Xptxas", "-v"]
 
 print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
+      f"features={cfg.features} "
       f"cutlass={include_dirs[1]}", flush=True)
 
 setup(

@@ -9,9 +9,11 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -34,15 +36,17 @@ std::string num(int64_t x) {
   return text;
 }
 
-void check_input(const at::Tensor& t, const char* name) {
+// ndim 4: (batch, seqlen, nheads, headdim); ndim 3: packed varlen (total_tokens, nheads, headdim).
+void check_input(const at::Tensor& t, const char* name, int64_t ndim = 4) {
   TORCH_CHECK(t.is_cuda(), "flash_attn_cuda: ", name, " must be a CUDA tensor, got device ", t.device());
-  TORCH_CHECK(t.dim() == 4, "flash_attn_cuda: ", name, " must be 4-D (batch, seqlen, nheads, headdim), got ",
+  TORCH_CHECK(t.dim() == ndim, "flash_attn_cuda: ", name, " must be ",
+              ndim == 4 ? "4-D (batch, seqlen, nheads, headdim)" : "3-D (total_tokens, nheads, headdim)", ", got ",
               num(t.dim()), "-D");
   TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "flash_attn_cuda: ", name,
               " must be float16 or bfloat16, got ", t.scalar_type());
   TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cuda: ", name, " must have a contiguous last dimension");
-  const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
-                       t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
+  bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int64_t d = 0; d + 1 < ndim; ++d) { aligned = aligned && t.stride(d) % 8 == 0; }
   TORCH_CHECK(aligned, "flash_attn_cuda: ", name,
               " must be 16-byte aligned (data pointer and batch/seq/head strides multiples of 8 elements); "
               "call .contiguous() on it");
@@ -57,9 +61,94 @@ float checked_scale(double softmax_scale) {
   return scale;
 }
 
-// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, dtype.
+// One clear error for whatever run_fwd / run_bwd returned (what: "forward" or "backward").
+// cudaErrorNotSupported: the options need the feature kernels (fwd_launch.h); cudaErrorInvalidValue:
+// sizes/options outside params_supported, or no kernel for this dtype and head dim.
+void check_launch(cudaError_t err, const flash::FwdParams& p, const char* what) {
+  TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes "
+              "and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
+              "rebuild without that flag");
+  TORCH_CHECK(err != cudaErrorInvalidValue || flash::params_supported(p), "flash_attn_cuda: the ", what,
+              " kernels do not support these sizes or options (softmax_scale ", num(double(p.softmax_scale)),
+              ", softcap ", num(double(p.softcap)), ", seqlen_q ", num(int64_t(p.seqlen_q)), ", seqlen_k ",
+              num(int64_t(p.seqlen_k)), ")");
+  TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no ", what, " kernel for dtype ",
+              p.dtype == flash::DType::kFloat16 ? "float16" : "bfloat16", " and head dim ",
+              num(int64_t(p.headdim_rounded)));
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: ", what, " kernel launch failed: ", cudaGetErrorString(err),
+              err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
+                                                       "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
+                                                     : "");
+}
+
+// The forward's GPU requirements on q's device (call under its device guard): sm80+, and the
+// shared memory of the head-dim-headdim_rounded kernel.
+void check_fwd_device(const at::Tensor& q, int64_t headdim, int headdim_rounded) {
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
+              num(int64_t(props->major)), ".", num(int64_t(props->minor)));
+  const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
+  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
+              "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
+              " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
+              props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
+}
+
+// Attention options both ops take after softmax_scale: the visible-key window and softcap.
+struct Options {
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+  const std::optional<at::Tensor>* alibi_slopes = nullptr;
+};
+
+// alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads); not with softcap.
+void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, int64_t batch, int64_t nheads,
+                 double softcap) {
+  if (!slopes.has_value()) { return; }
+  const at::Tensor& s = *slopes;
+  TORCH_CHECK(softcap == 0.0, "flash_attn_cuda: alibi_slopes together with softcap is not supported");
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.device() == q.device(),
+              "flash_attn_cuda: alibi_slopes must be a contiguous float32 tensor on q's device");
+  const bool per_head = s.dim() == 1 && s.size(0) == nheads;
+  const bool per_batch = s.dim() == 2 && s.size(0) == batch && s.size(1) == nheads;
+  TORCH_CHECK(per_head || per_batch, "flash_attn_cuda: alibi_slopes must be (nheads,) or (batch, nheads)");
+}
+
+// One side of the window: -1 (unbounded) or a key count; anything past the longest sequence
+// is unbounded too, which keeps the kernels' int32 window arithmetic in range.
+int window_side(int64_t w, const char* name) {
+  TORCH_CHECK(w >= -1, "flash_attn_cuda: window_size ", name, " must be -1 (unbounded) or >= 0, got ", num(w));
+  return w > flash::kMaxSeqlen ? -1 : static_cast<int>(w);
+}
+
+float checked_softcap(double softcap) {
+  TORCH_CHECK(softcap == 0.0 || (std::isnormal(static_cast<float>(softcap)) && softcap > 0.0),
+              "flash_attn_cuda: softcap must be 0 (off) or a positive normal float32, got ", num(softcap));
+  return static_cast<float>(softcap);
+}
+
+// What every op checks of its options before allocating anything: scale, softcap, window sides,
+// ALiBi slopes (against batch x nheads). Returns the compiled head dim the call runs.
+int check_options(const at::Tensor& q, int64_t batch, int64_t nheads, int64_t headdim, double softmax_scale,
+                  const Options& opt) {
+  checked_scale(softmax_scale);
+  checked_softcap(opt.softcap);
+  window_side(opt.window_left, "left");
+  window_side(opt.window_right, "right");
+  check_alibi(*opt.alibi_slopes, q, batch, nheads, opt.softcap);
+  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
+  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
+              " is larger than every head dim compiled into this build");
+  return headdim_rounded;
+}
+
+void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
+                  int headdim_rounded);
+
+// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, softcap, dtype.
 void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, bool causal,
+                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, const Options& opt,
                      int headdim_rounded) {
   p.q_ptr = q.data_ptr();
   p.k_ptr = k.data_ptr();
@@ -75,19 +164,72 @@ void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor&
   p.seqlen_k = static_cast<int>(k.size(1));
   p.nheads = static_cast<int>(q.size(2));
   p.nheads_k = static_cast<int>(k.size(2));
-  p.headdim = static_cast<int>(q.size(3));
+  fill_options(p, q, softmax_scale, opt, headdim_rounded);
+}
+
+// Packed varlen tensors: q/out (total_q, nheads, d), k/v (total_k, nheads_k, d), lse (nheads, total_q).
+void fill_varlen_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& out, const at::Tensor& lse, const at::Tensor& cu_seqlens_q,
+                        const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                        double softmax_scale, const Options& opt, int headdim_rounded) {
+  p.q_ptr = q.data_ptr();
+  p.k_ptr = k.data_ptr();
+  p.v_ptr = v.data_ptr();
+  p.o_ptr = out.data_ptr();
+  p.lse_ptr = lse.data_ptr<float>();
+  p.q_row_stride = q.stride(0), p.q_head_stride = q.stride(1);
+  p.k_row_stride = k.stride(0), p.k_head_stride = k.stride(1);
+  p.v_row_stride = v.stride(0), p.v_head_stride = v.stride(1);
+  p.o_row_stride = out.stride(0), p.o_head_stride = out.stride(1);
+  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
+  p.cu_seqlens_k = cu_seqlens_k.data_ptr<int>();
+  p.total_q = static_cast<int>(q.size(0));
+  p.total_k = static_cast<int>(k.size(0));
+  p.batch = static_cast<int>(cu_seqlens_q.size(0) - 1);
+  p.seqlen_q = static_cast<int>(max_seqlen_q);
+  p.seqlen_k = static_cast<int>(max_seqlen_k);
+  p.nheads = static_cast<int>(q.size(1));
+  p.nheads_k = static_cast<int>(k.size(1));
+  fill_options(p, q, softmax_scale, opt, headdim_rounded);
+}
+
+// Scale, softcap, window, ALiBi, head dims, dtype; p's sizes must be set.
+void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
+                  int headdim_rounded) {
+  p.headdim = static_cast<int>(q.size(-1));
   p.headdim_rounded = headdim_rounded;
   p.softmax_scale = checked_scale(softmax_scale);
-  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
-  p.window_left = -1;
-  p.window_right = causal ? 0 : -1;
+  p.softcap = checked_softcap(opt.softcap);
+  p.softcap_tanh_scale = p.softcap > 0.f ? static_cast<float>(softmax_scale / opt.softcap) : 0.f;
+  // A huge softcap would flush tanh's argument to zero (fast-math denormals): uniform attention.
+  TORCH_CHECK(p.softcap == 0.f || (std::isnormal(p.softcap_tanh_scale) &&
+                                   std::isfinite(static_cast<float>(opt.softcap * M_LOG2E * 2))),
+              "flash_attn_cuda: softcap ", num(opt.softcap), " is out of range for softmax_scale ", num(softmax_scale),
+              " (softmax_scale / softcap must be a normal float32 and softcap below about 1e38)");
+  // Scores live in units of softcap when it is on (score_mods.h).
+  p.scale_log2 = static_cast<float>((p.softcap > 0.f ? opt.softcap : softmax_scale) * M_LOG2E);
+  if (opt.alibi_slopes != nullptr && opt.alibi_slopes->has_value()) {
+    const at::Tensor& s = **opt.alibi_slopes;
+    p.alibi_slopes_ptr = s.data_ptr<float>();
+    p.alibi_slopes_batch_stride = s.dim() == 2 ? s.stride(0) : 0;
+  }
+  // causal = right edge on the diagonal; a left window stays as given. A side that already
+  // reaches every key (left >= seqlen_k, right >= seqlen_q) is unbounded: exact, keeps the
+  // window arithmetic far from int32 overflow, and sends it to the plain kernel.
+  p.window_left = window_side(opt.window_left, "left");
+  p.window_right = opt.causal ? 0 : window_side(opt.window_right, "right");
+  if (p.window_left >= p.seqlen_k) { p.window_left = -1; }
+  if (p.window_right >= p.seqlen_q) { p.window_right = -1; }
   p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
 }
 
 // deterministic only matters to the backward; the forward takes it so that autograd's context
 // (which sees the forward's inputs) can hand it on.
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       double softmax_scale, bool causal, bool /*deterministic*/) {
+                                       double softmax_scale, bool causal, bool /*deterministic*/,
+                                       int64_t window_left, int64_t window_right, double softcap,
+                                       const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -108,20 +250,10 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen,
               "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
               num(seqlen_q), " and ", num(seqlen_k));
-  checked_scale(softmax_scale);  // before any allocation
-  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
-              " is larger than every head dim compiled into this build");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
-              num(int64_t(props->major)), ".", num(int64_t(props->minor)));
-  const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
-  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
-              "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
-              " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
-              props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
+  check_fwd_device(q, headdim, headdim_rounded);
 
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
@@ -133,24 +265,138 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   }
 
   flash::FwdParams p;
-  fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
-  const cudaError_t err = flash::run_fwd(p, at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(err != cudaErrorInvalidValue, "flash_attn_cuda: this build has no kernel for dtype ",
-              q.scalar_type(), " and head dim ", num(int64_t(headdim_rounded)));
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: forward kernel launch failed: ", cudaGetErrorString(err),
-              err == cudaErrorNoKernelImageForDevice ? " (this build was not compiled for this GPU's arch; "
-                                                       "rebuild with FLASH_ATTN_CUDA_ARCHS including it)"
-                                                     : "");
+  fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
+  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream()), p, "forward");
+  return {out, lse};
+}
+
+// Packed varlen q (total_q, nheads, d), k/v (total_k, nheads_k, d) and int32 (batch + 1,) prefix
+// sums; returns batch. The prefix sums' values are the Python wrapper's to check (a device sync).
+int64_t check_varlen_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                            int64_t max_seqlen_k) {
+  check_input(q, "q", 3);
+  check_input(k, "k", 3);
+  check_input(v, "v", 3);
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "flash_attn_cuda: q, k, v must share a dtype");
+  for (const at::Tensor* t : {&k, &v, &cu_seqlens_q, &cu_seqlens_k}) {
+    TORCH_CHECK(t->device() == q.device(), "flash_attn_cuda: q, k, v, cu_seqlens_q/k must be on one device");
+  }
+  for (const at::Tensor* t : {&cu_seqlens_q, &cu_seqlens_k}) {
+    TORCH_CHECK(t->scalar_type() == at::kInt && t->dim() == 1 && t->is_contiguous() && t->size(0) >= 1,
+                "flash_attn_cuda: cu_seqlens_q/k must be contiguous 1-D int32 (batch + 1,)");
+  }
+  TORCH_CHECK(cu_seqlens_q.size(0) == cu_seqlens_k.size(0), "flash_attn_cuda: cu_seqlens_q and cu_seqlens_k "
+              "must have the same length (batch + 1)");
+  const int64_t batch = cu_seqlens_q.size(0) - 1, nheads = q.size(1), nheads_k = k.size(1), headdim = q.size(2);
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(2) == headdim, "flash_attn_cuda: k and v must be "
+              "(total_k, nheads_k, headdim) with q's head dim");
+  TORCH_CHECK(nheads_k > 0 && nheads % nheads_k == 0, "flash_attn_cuda: nheads must be a multiple of nheads_k");
+  TORCH_CHECK(headdim % 8 == 0 && headdim > 0 && headdim <= 256,
+              "flash_attn_cuda: head dim must be a multiple of 8 in [8, 256], got ", num(headdim));
+  TORCH_CHECK(batch <= 65535 && nheads <= 65535, "flash_attn_cuda: batch and nheads must be <= 65535");
+  TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q <= flash::kMaxSeqlen &&
+                  max_seqlen_k <= flash::kMaxSeqlen && q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX,
+              "flash_attn_cuda: max_seqlen_q/k must be in [0, 2^30] and total tokens fit int32");
+  return batch;
+}
+
+// Variable-length forward on packed tensors (flash-attn's varlen layout). max_seqlen_q/k size
+// the grid and must bound every sequence (the Python wrapper checks the values when it can).
+std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                              int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+                                              bool causal, bool /*deterministic*/, int64_t window_left,
+                                              int64_t window_right, double softcap,
+                                              const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+  const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const int64_t nheads = q.size(1), headdim = q.size(2);
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  check_fwd_device(q, headdim, headdim_rounded);
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));
+  if (out.numel() == 0) { return {out, lse}; }
+  // No sequence (or none with keys): rows outside every sequence get O = 0, LSE = -inf. Only
+  // inconsistent prefix sums (raw op, compiled graph) leave rows outside every sequence.
+  if (batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0) {
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return {out, lse};
+  }
+  flash::FwdParams p;
+  fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                     opt, headdim_rounded);
+  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream()), p, "varlen forward");
   return {out, lse};
 }
 
 #ifdef FLASH_ATTN_CUDA_BACKWARD
+// The backward's shared memory on q's GPU; call under its device guard.
+void check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
+  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
+              "backward for head dim ", num(int64_t(headdim_rounded)), " needs ", num(int64_t(smem / 1024)),
+              " KB of shared memory per block; this GPU allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)),
+              " KB");
+}
+
+// dk/dv of each query head summed over its GQA group: (..., nheads, d) -> (..., nheads_k, d).
+at::Tensor sum_groups(const at::Tensor& per_q_head, int64_t nheads_k) {
+  const int64_t nheads = per_q_head.size(-2);
+  if (nheads == nheads_k) { return per_q_head; }
+  std::vector<int64_t> shape(per_q_head.sizes().begin(), per_q_head.sizes().end() - 2);
+  shape.insert(shape.end(), {nheads_k, nheads / nheads_k, per_q_head.size(-1)});
+  return per_q_head.view(shape).sum(-2);
+}
+
+// p holds the forward's fields (fill_fwd_params / fill_varlen_params). Allocates the scratch of
+// params.h, points p at dout and the gradients (dk/dv per query head), launches. Packed varlen
+// tensors have no batch dimension (their batch strides stay 0).
+void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tensor& dq, const at::Tensor& dk,
+                     const at::Tensor& dv, bool deterministic) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  p.deterministic = deterministic;
+  p.num_dq_splits = flash::bwd_dq_accum_splits(p, at::cuda::getDeviceProperties(dq.get_device())->multiProcessorCount);
+  p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
+  const auto f32 = dq.options().dtype(at::kFloat);
+  const int64_t splits = p.num_dq_splits, nheads = p.nheads, d = p.headdim_rounded;
+  at::Tensor dq_accum, delta, lse_log2;
+  if (varlen) {
+    p.varlen_scratch_rows = flash::bwd_varlen_scratch_rows(p.total_q, p.batch);
+    dq_accum = at::zeros({splits, nheads, p.varlen_scratch_rows, d}, f32);
+    delta = at::empty({nheads, p.varlen_scratch_rows}, f32);
+    lse_log2 = at::empty({nheads, p.varlen_scratch_rows}, f32);
+  } else {
+    dq_accum = at::zeros({splits, p.batch, nheads, p.seqlen_q_rounded, d}, f32);
+    delta = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
+    lse_log2 = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
+  }
+  p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk.data_ptr(), p.dv_ptr = dv.data_ptr();
+  p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
+  p.lse_log2_ptr = lse_log2.data_ptr<float>();
+  const int r = varlen ? 0 : 1;  // the row dimension
+  auto batch_stride = [&](const at::Tensor& t) { return varlen ? int64_t(0) : t.stride(0); };
+  p.do_batch_stride = batch_stride(dout), p.do_row_stride = dout.stride(r), p.do_head_stride = dout.stride(r + 1);
+  p.dq_batch_stride = batch_stride(dq), p.dq_row_stride = dq.stride(r), p.dq_head_stride = dq.stride(r + 1);
+  p.dk_batch_stride = batch_stride(dk), p.dk_row_stride = dk.stride(r), p.dk_head_stride = dk.stride(r + 1);
+  p.dv_batch_stride = batch_stride(dv), p.dv_row_stride = dv.stride(r), p.dv_head_stride = dv.stride(r + 1);
+  check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream()), p, "backward");
+}
+
 // Backward (csrc/bwd_kernel.h). Gradients of out only; lse is not differentiable. With GQA,
 // dk/dv are computed per query head and summed over each group. deterministic: bit-identical
 // gradients run to run, at the cost of num_dq_splits float32 copies of dq (see params.h).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                                   double softmax_scale, bool causal, bool deterministic) {
+                                                   double softmax_scale, bool causal, bool deterministic,
+                                                   int64_t window_left, int64_t window_right, double softcap,
+                                                   const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -173,50 +419,64 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
               "flash_attn_cuda: lse must be contiguous float32 (batch, nheads, seqlen_q)");
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen && batch <= 65535 && nheads <= 65535,
               "flash_attn_cuda: sizes out of range");
-  checked_scale(softmax_scale);  // before any allocation
-  const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
-  TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim), " is not compiled into this build");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
-  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
-              "backward for head dim ", num(int64_t(headdim_rounded)), " needs ", num(int64_t(smem / 1024)),
-              " KB of shared memory per block; this GPU allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)),
-              " KB");
-
+  check_bwd_smem(q, headdim_rounded);
   at::Tensor dq = at::empty(q.sizes(), q.options());
-  // per query head; summed over GQA groups below
-  at::Tensor dk_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());
-  at::Tensor dv_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());
+  at::Tensor dk_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());  // per query head
+  at::Tensor dv_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());  // per query head
   if (q.numel() == 0 || k.numel() == 0) {
     dq.zero_();
     dk_full.zero_();
     dv_full.zero_();
   } else {
     flash::BwdParams p;
-    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, causal, headdim_rounded);
-    p.deterministic = deterministic;
-    p.num_dq_splits = flash::bwd_dq_accum_splits(p, props->multiProcessorCount);
-    p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
-    const auto f32 = q.options().dtype(at::kFloat);
-    at::Tensor dq_accum = at::zeros({p.num_dq_splits, batch, nheads, p.seqlen_q_rounded, headdim_rounded}, f32);
-    at::Tensor delta = at::empty({batch, nheads, p.seqlen_q_rounded}, f32);
-    at::Tensor lse_log2 = at::empty({batch, nheads, p.seqlen_q_rounded}, f32);
-    p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk_full.data_ptr(), p.dv_ptr = dv_full.data_ptr();
-    p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
-    p.lse_log2_ptr = lse_log2.data_ptr<float>();
-    p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1), p.do_head_stride = dout.stride(2);
-    p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
-    p.dk_batch_stride = dk_full.stride(0), p.dk_row_stride = dk_full.stride(1), p.dk_head_stride = dk_full.stride(2);
-    p.dv_batch_stride = dv_full.stride(0), p.dv_row_stride = dv_full.stride(1), p.dv_head_stride = dv_full.stride(2);
-    const cudaError_t err = flash::run_bwd(p, at::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: backward launch failed: ", cudaGetErrorString(err));
+    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
+    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
   }
-  if (nheads == nheads_k) { return {dq, dk_full, dv_full}; }
-  const int64_t group = nheads / nheads_k;
-  return {dq, dk_full.view({batch, seqlen_k, nheads_k, group, headdim}).sum(3),
-          dv_full.view({batch, seqlen_k, nheads_k, group, headdim}).sum(3)};
+  return {dq, sum_groups(dk_full, nheads_k), sum_groups(dv_full, nheads_k)};
+}
+
+// Backward of fwd_varlen: packed tensors as there, lse (nheads, total_q) from it.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
+    int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+  const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const int64_t total_q = q.size(0), total_k = k.size(0), nheads = q.size(1), nheads_k = k.size(1);
+  const int64_t headdim = q.size(2);
+  check_input(out, "out", 3);
+  check_input(dout, "dout", 3);
+  TORCH_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attn_cuda: out and dout must have q's shape");
+  TORCH_CHECK(dout.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(),
+              "flash_attn_cuda: q, k, v, out, dout must share a dtype");
+  for (const at::Tensor* t : {&out, &dout, &lse}) {
+    TORCH_CHECK(t->device() == q.device(), "flash_attn_cuda: q, k, v, out, dout, lse must be on one device");
+  }
+  TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+                  lse.sizes() == at::IntArrayRef({nheads, total_q}),
+              "flash_attn_cuda: lse must be contiguous float32 (nheads, total_q)");
+  const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  check_bwd_smem(q, headdim_rounded);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk_full = at::empty({total_k, nheads, headdim}, q.options());  // per query head
+  at::Tensor dv_full = at::empty({total_k, nheads, headdim}, q.options());  // per query head
+  if (q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0) {
+    dq.zero_();
+    dk_full.zero_();
+    dv_full.zero_();
+  } else {
+    flash::BwdParams p;
+    fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                       opt, headdim_rounded);
+    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
+  }
+  return {dq, sum_groups(dk_full, nheads_k), sum_groups(dv_full, nheads_k)};
 }
 #endif
 
@@ -225,6 +485,14 @@ bool has_backward() {
   return true;
 #else
   return false;
+#endif
+}
+
+bool has_features() {
+#ifdef FLASH_ATTN_CUDA_NO_FEATURES
+  return false;
+#else
+  return true;
 #endif
 }
 
@@ -246,21 +514,33 @@ std::vector<std::string> compiled_dtypes() {
 }  // namespace
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
-  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False) "
+  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False, "
+        "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) "
         "-> (Tensor out, Tensor lse)");
+  m.def("fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+        "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, "
+        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) -> (Tensor out, Tensor lse)");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
+  m.def("has_features() -> bool", &has_features);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
-        "bool deterministic=False) -> (Tensor dq, Tensor dk, Tensor dv)");
+        "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
+        "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def("bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
+        "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
+        "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
+        "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
 #endif
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
   m.impl("fwd", &fwd);
+  m.impl("fwd_varlen", &fwd_varlen);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", &bwd);
+  m.impl("bwd_varlen", &bwd_varlen);
 #endif
 }
 

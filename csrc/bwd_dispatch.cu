@@ -23,8 +23,12 @@ static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
 }
 
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
+  const bool varlen = params.cu_seqlens_q != nullptr;
   if (!params_supported(params) || params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
-      params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q)) {
+      params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q) ||
+      (varlen && (params.varlen_scratch_rows < bwd_varlen_scratch_rows(params.total_q, params.batch) ||
+                  params.do_batch_stride != 0 || params.dq_batch_stride != 0 || params.dk_batch_stride != 0 ||
+                  params.dv_batch_stride != 0))) {
     return cudaErrorInvalidValue;
   }
   switch (params.dtype) {
@@ -57,7 +61,8 @@ int bwd_dq_accum_splits(const BwdParams& params, int num_sms) {
   const int block_n = tile_info(params.headdim_rounded).block_n;
   if (!params.deterministic || block_n < 0) { return 1; }
   // One wave of thread blocks (one per SM at these tile sizes), but never more slices than
-  // K/V blocks: each extra slice costs batch * nheads * seqlen_q_rounded * headdim_rounded floats.
+  // K/V blocks: each extra slice costs batch * nheads * seqlen_q_rounded * headdim_rounded floats
+  // (varlen: nheads * varlen_scratch_rows * headdim_rounded).
   const int n_blocks = (params.seqlen_k + block_n - 1) / block_n;
   const long long heads = static_cast<long long>(params.batch) * params.nheads;
   const int per_head = static_cast<int>((num_sms + heads - 1) / heads);

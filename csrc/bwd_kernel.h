@@ -17,6 +17,8 @@
 #include "copy_utils.h"
 #include "mask.h"
 #include "params.h"
+#include "score_mods.h"
+#include "seq_info.h"
 #include "tensor_utils.h"
 
 namespace flash {
@@ -26,24 +28,28 @@ using namespace cute;
 // delta = rowsum(dO * O) and lse_log2 = LSE * log2(e) for every row up to seqlen_q_rounded:
 // padding rows get delta 0 and lse_log2 +inf, as do rows that see no key (LSE = -inf), so the
 // main kernel's P is exactly 0 there without a bounds check. One warp per row; each lane reads
-// 8 contiguous elements (16 B) per step.
-template <typename Element>
+// 8 contiguous elements (16 B) per step. kVarlen: rows of sequence blockIdx.z (seq_info.h); the
+// grid spans the longest sequence, and each writes only its own padded rows.
+template <typename Element, bool kVarlen>
 __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
   constexpr int kRowsPerBlock = 8;  // 256 threads
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + warp, head = blockIdx.y, batch = blockIdx.z;
-  const int64_t out_row = (int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded + row;
-  if (row >= p.seqlen_q) {
+  const SeqInfo<kVarlen> seq(p, batch, head);
+  if (kVarlen && row >= (seq.seqlen_q() + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign) { return; }
+  const int64_t out_row = bwd_scratch_row0<kVarlen>(p, batch, head) + row;
+  if (row >= seq.seqlen_q()) {
     if (lane == 0) {
       p.delta_ptr[out_row] = 0.f;
       p.lse_log2_ptr[out_row] = INFINITY;
     }
     return;
   }
-  const Element* o = static_cast<const Element*>(p.o_ptr) + batch * p.o_batch_stride + row * p.o_row_stride +
+  const int64_t packed_row = seq.q_row0() + row;  // row in q/out/dout
+  const Element* o = static_cast<const Element*>(p.o_ptr) + batch * p.o_batch_stride + packed_row * p.o_row_stride +
                      head * p.o_head_stride;
   const Element* dout = static_cast<const Element*>(p.do_ptr) + batch * p.do_batch_stride +
-                        row * p.do_row_stride + head * p.do_head_stride;
+                        packed_row * p.do_row_stride + head * p.do_head_stride;
   float sum = 0.f;
   for (int c = lane * 8; c < p.headdim; c += 32 * 8) {
     const uint4 a = *reinterpret_cast<const uint4*>(o + c);
@@ -56,7 +62,7 @@ __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
   CUTE_UNROLL
   for (int offset = 16; offset > 0; offset /= 2) { sum += __shfl_xor_sync(0xffffffff, sum, offset); }
   if (lane == 0) {
-    const float lse = p.lse_ptr[(int64_t(batch) * p.nheads + head) * p.seqlen_q + row];
+    const float lse = p.lse_ptr[seq.lse_offset() + row];
     p.delta_ptr[out_row] = sum;
     p.lse_log2_ptr[out_row] = lse == -INFINITY ? INFINITY : lse * float(M_LOG2E);
   }
@@ -67,40 +73,43 @@ __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
 // so one atomic instruction of a warp adds into 32 consecutive floats (one 128-B line) instead
 // of 8 rows' scattered sectors. The convert kernel undoes the permutation with the same MMA
 // partition. (FA2 does the same; an L2-atomic-throughput limit otherwise.)
+// row0: the (batch, head)'s first scratch row (bwd_scratch_row0).
 template <typename Traits>
-CUTE_DEVICE float* dq_accum_tile(float* dq_accum, BwdParams const& p, int64_t bh, int m_block) {
-  return dq_accum + (bh * p.seqlen_q_rounded + int64_t(m_block) * Traits::kBlockM) * Traits::kHeadDim;
+CUTE_DEVICE float* dq_accum_tile(float* dq_accum, int64_t row0, int m_block) {
+  return dq_accum + (row0 + int64_t(m_block) * Traits::kBlockM) * Traits::kHeadDim;
 }
 
 // dq[b, i, h, :] = softmax_scale * sum_s dq_accum[s, b, h, i, :] for one (kBlockM x d) tile per
 // thread block, undoing dq_accum's thread-major tile layout; the num_dq_splits slices are summed
-// in index order (deterministic mode has several).
-template <typename Traits>
+// in index order (deterministic mode has several). kVarlen: as the pre-pass's.
+template <typename Traits, bool kVarlen>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_convert_dq_kernel(__grid_constant__ const BwdParams p) {
   using Element = typename Traits::Element;
   constexpr int kThreads = Traits::kNThreads;
   const int tid = threadIdx.x, m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const int64_t bh = int64_t(batch) * p.nheads + head;
-  const int64_t split_stride = int64_t(p.batch) * p.nheads * p.seqlen_q_rounded * Traits::kHeadDim;
-  const float* tile = dq_accum_tile<Traits>(p.dq_accum_ptr, p, bh, m_block) + tid;
+  const SeqInfo<kVarlen> seq(p, batch, head);
+  if (kVarlen && m_block * Traits::kBlockM >= seq.seqlen_q()) { return; }
+  const int64_t split_stride = bwd_scratch_split_rows<kVarlen>(p) * Traits::kHeadDim;
+  const float* tile = dq_accum_tile<Traits>(p.dq_accum_ptr, bwd_scratch_row0<kVarlen>(p, batch, head), m_block) + tid;
   typename Traits::TiledMmadQ mma_dq;
   Tensor coords = mma_dq.get_thread_slice(tid).partition_C(
       make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));  // (MMA, MMA_M, d/..) -> (row, col)
-  Element* dq = static_cast<Element*>(p.dq_ptr) + batch * p.dq_batch_stride + head * p.dq_head_stride;
+  Element* dq = static_cast<Element*>(p.dq_ptr) + batch * p.dq_batch_stride + seq.q_row0() * p.dq_row_stride +
+                head * p.dq_head_stride;
   CUTE_UNROLL
   for (int i = 0; i < size(coords); ++i) {
     float sum = tile[i * kThreads];
     for (int s = 1; s < p.num_dq_splits; ++s) { sum += tile[s * split_stride + i * kThreads]; }
     const int row = m_block * Traits::kBlockM + get<0>(coords(i)), col = get<1>(coords(i));
-    if (row < p.seqlen_q && col < p.headdim) { dq[row * p.dq_row_stride + col] = Element(sum * p.softmax_scale); }
+    if (row < seq.seqlen_q() && col < p.headdim) { dq[row * p.dq_row_stride + col] = Element(sum * p.softmax_scale); }
   }
 }
 
 // The work of one thread block for K/V block n_block of (head, batch): dK, dV of its keys, and
-// its share of dQ added into dq_accum (this thread block's slice, (batch, nheads,
-// seqlen_q_rounded, headdim_rounded) fp32).
-template <typename Traits>
+// its share of dQ added into dq_accum (this thread block's slice of the fp32 scratch, rows as
+// bwd_scratch_row0 places them: params.h).
+template <typename Traits, bool kMods>
 CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_accum, int n_block, int head,
                               int batch) {
   using Element = typename Traits::Element;
@@ -112,39 +121,52 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>>;
   const int tid = threadIdx.x;
   const int head_k = head / (params.nheads / params.nheads_k);
-  const int valid_kv_rows = min(kBlockN, params.seqlen_k - n_block * kBlockN);
-  const VisibleKeys vk(params.seqlen_q, params.seqlen_k, params.window_left, params.window_right);
+  const SeqInfo<kMods> seq(params, batch, head);  // varlen: this sequence's lengths and rows
+  if constexpr (kMods) {
+    if (n_block * kBlockN >= seq.seqlen_k()) { return; }  // varlen: past this sequence's keys
+  }
+  const int valid_kv_rows = min(kBlockN, seq.seqlen_k() - n_block * kBlockN);
+  const VisibleKeys vk(seq.seqlen_q(), seq.seqlen_k(), params.window_left, params.window_right);
 
   // Q blocks with a row that sees a key of this K/V block: row i sees key j iff
-  // j <= i + shift + window_right, so rows before n_block*kBlockN - shift - window_right see none.
-  const int m_max = (params.seqlen_q + kBlockM - 1) / kBlockM;
+  // i + shift - window_left <= j <= i + shift + window_right, so rows before
+  // n_block*kBlockN - shift - window_right and after last_key - shift + window_left see none.
+  int m_max = (seq.seqlen_q() + kBlockM - 1) / kBlockM;
   int m_min = 0;
   if (params.window_right >= 0) {
     const int first_row = n_block * kBlockN - vk.shift - params.window_right;
     m_min = first_row <= 0 ? 0 : first_row / kBlockM;
+  }
+  if constexpr (kMods) {
+    if (params.window_left >= 0) {
+      const int last_row = n_block * kBlockN + kBlockN - 1 - vk.shift + params.window_left;
+      m_max = last_row < 0 ? 0 : min(m_max, last_row / kBlockM + 1);
+    }
   }
 
   // ---------------------------------------------------------------- GLOBAL TILES
   auto rows = [&](auto* base, int64_t offset, int seqlen, int64_t row_stride) {
     return gmem_rows<Element, kHeadDim>(base, offset, seqlen, row_stride);
   };
-  Tensor mQ = rows(params.q_ptr, batch * params.q_batch_stride + head * params.q_head_stride, params.seqlen_q,
-                   params.q_row_stride);                                                       // (seqlen_q, d)
-  Tensor mdO = rows(params.do_ptr, batch * params.do_batch_stride + head * params.do_head_stride, params.seqlen_q,
-                    params.do_row_stride);                                                     // (seqlen_q, d)
-  Tensor mK = rows(params.k_ptr, batch * params.k_batch_stride + head_k * params.k_head_stride, params.seqlen_k,
-                   params.k_row_stride);                                                       // (seqlen_k, d)
-  Tensor mV = rows(params.v_ptr, batch * params.v_batch_stride + head_k * params.v_head_stride, params.seqlen_k,
-                   params.v_row_stride);                                                       // (seqlen_k, d)
-  Tensor mdK = rows(params.dk_ptr, batch * params.dk_batch_stride + head * params.dk_head_stride, params.seqlen_k,
-                    params.dk_row_stride);                                                     // (seqlen_k, d)
-  Tensor mdV = rows(params.dv_ptr, batch * params.dv_batch_stride + head * params.dv_head_stride, params.seqlen_k,
-                    params.dv_row_stride);                                                     // (seqlen_k, d)
-  // Padded to seqlen_q_rounded rows (a multiple of kBlockM): read and added without checks.
-  const int64_t bh = int64_t(batch) * params.nheads + head;
+  // Varlen: batch strides are 0 and the sequence starts at row seq.q_row0() / seq.k_row0().
+  const int64_t q_row0 = seq.q_row0(), k_row0 = seq.k_row0();
+  Tensor mQ = rows(params.q_ptr, batch * params.q_batch_stride + q_row0 * params.q_row_stride +
+                   head * params.q_head_stride, seq.seqlen_q(), params.q_row_stride);          // (seqlen_q, d)
+  Tensor mdO = rows(params.do_ptr, batch * params.do_batch_stride + q_row0 * params.do_row_stride +
+                    head * params.do_head_stride, seq.seqlen_q(), params.do_row_stride);       // (seqlen_q, d)
+  Tensor mK = rows(params.k_ptr, batch * params.k_batch_stride + k_row0 * params.k_row_stride +
+                   head_k * params.k_head_stride, seq.seqlen_k(), params.k_row_stride);        // (seqlen_k, d)
+  Tensor mV = rows(params.v_ptr, batch * params.v_batch_stride + k_row0 * params.v_row_stride +
+                   head_k * params.v_head_stride, seq.seqlen_k(), params.v_row_stride);        // (seqlen_k, d)
+  Tensor mdK = rows(params.dk_ptr, batch * params.dk_batch_stride + k_row0 * params.dk_row_stride +
+                    head * params.dk_head_stride, seq.seqlen_k(), params.dk_row_stride);       // (seqlen_k, d)
+  Tensor mdV = rows(params.dv_ptr, batch * params.dv_batch_stride + k_row0 * params.dv_row_stride +
+                    head * params.dv_head_stride, seq.seqlen_k(), params.dv_row_stride);       // (seqlen_k, d)
+  // Padded to a multiple of kBwdRowAlign (>= kBlockM) rows: read and added without checks.
+  const int64_t scratch_row0 = bwd_scratch_row0<kMods>(params, batch, head);
   const int rows_padded = params.seqlen_q_rounded;
-  Tensor mLseLog2 = make_tensor(make_gmem_ptr(params.lse_log2_ptr + bh * rows_padded), make_shape(rows_padded));
-  Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + bh * rows_padded), make_shape(rows_padded));
+  Tensor mLseLog2 = make_tensor(make_gmem_ptr(params.lse_log2_ptr + scratch_row0), make_shape(rows_padded));
+  Tensor mDelta = make_tensor(make_gmem_ptr(params.delta_ptr + scratch_row0), make_shape(rows_padded));
 
   Tensor gQ = local_tile(mQ, TileQ{}, make_coord(_, 0));                                     // (kBlockM, d, m)
   Tensor gdO = local_tile(mdO, TileQ{}, make_coord(_, 0));                                   // (kBlockM, d, m)
@@ -197,7 +219,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(TileQ{}));            // (CPY, CPY_M, CPY_K) -> (row, col)
   Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(TileKV{}));         // (CPY, CPY_N, CPY_K) -> (row, col)
   auto load_q_do = [&](int m_block) {  // Q and dO of m_block into stage m_block % 2
-    const int valid_q_rows = params.seqlen_q - m_block * kBlockM;
+    const int valid_q_rows = seq.seqlen_q() - m_block * kBlockM;
     load_tile(gmem_copy, tQgQ(_, _, _, m_block), gmem_thr.partition_D(stage_q(m_block % 2)), tQcQ, valid_q_rows,
               params.headdim);
     load_tile(gmem_copy, tdOgdO(_, _, _, m_block), gmem_thr.partition_D(stage_do(m_block % 2)), tQcQ,
@@ -254,6 +276,8 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   Tensor tdQsKt = copy_b_dq.get_thread_slice(tid).partition_S(sKt);
 
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
+  float alibi_slope = 0.f;  // score units; only the kMods instantiation reads it
+  if constexpr (kMods) { alibi_slope = alibi_slope_units(params, batch, head); }
 
   // ---------------------------------------------------------------- MAIN LOOP over Q blocks
   CUTE_NO_UNROLL
@@ -281,6 +305,10 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     clear(acc_s);
     gemm_ss(acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(stage_q(stage)), tSsK, mma_sdp,
             copy_a_sdp, copy_b_sdp);
+    if constexpr (kMods) {
+      apply_softcap(acc_s, params);
+      apply_alibi(acc_s_rc, tScS_rc, alibi_slope, m_block * kBlockM, n_block * kBlockN, vk.shift);
+    }
     if (KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n_block)) {
       apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN);
     }
@@ -305,6 +333,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
         acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
       }
     }
+    if constexpr (kMods) { apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params); }
 
     // P and dS to shared memory: the dK/dV and dQ products read them transposed / by other warps.
     Tensor rP = convert_type<Element>(acc_s);
@@ -322,7 +351,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     clear(acc_dq);
     gemm_ss(acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, mma_dq, copy_a_dq, copy_b_dq);       // dQ_j = dS K
     // Thread-major tile (dq_accum_tile); padding rows/columns take their zero or unused sums.
-    float* tdQgdQ = dq_accum_tile<Traits>(dq_accum, params, bh, m_block) + tid;
+    float* tdQgdQ = dq_accum_tile<Traits>(dq_accum, scratch_row0, m_block) + tid;
     CUTE_UNROLL
     for (int i = 0; i < size(acc_dq); ++i) { atomicAdd(tdQgdQ + i * Traits::kNThreads, acc_dq(i)); }
     __syncthreads();  // the next Q block overwrites sP, sdS, and the block after it this stage
@@ -351,14 +380,15 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
 // adding into one dq_accum slice. Deterministic: gridDim.x = num_dq_splits; thread block s
 // handles K/V blocks s, s + num_dq_splits, ... in that order and owns dq_accum slice s, so each
 // dq_accum address receives its adds from one thread in a fixed order.
-template <typename Traits>
+// kMods: as fwd_kernel's (softcap, ALiBi, a left window edge or varlen get their own instantiation).
+template <typename Traits, bool kMods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int64_t split_stride = int64_t(params.batch) * params.nheads * params.seqlen_q_rounded * params.headdim_rounded;
+  const int64_t split_stride = bwd_scratch_split_rows<kMods>(params) * params.headdim_rounded;
   float* dq_accum = params.dq_accum_ptr + (params.deterministic ? blockIdx.x * split_stride : 0);
   for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x) {
-    bwd_kv_block<Traits>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
+    bwd_kv_block<Traits, kMods>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
     __syncthreads();  // shared memory is reused by the next K/V block
   }
 }

@@ -40,12 +40,24 @@ using BwdTraitsFor = std::conditional_t<
 template <typename Traits>
 cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
+  // As launch_fwd: the kMods kernels unless the options need none of them.
+  const bool varlen = params.cu_seqlens_q != nullptr;
+  const bool mods = needs_mods(params);
+#ifdef FLASH_ATTN_CUDA_NO_FEATURES
+  if (mods) { return cudaErrorNotSupported; }
+  auto prepass = &bwd_prepass_kernel<Element, false>;
+  auto kernel = &bwd_kernel<Traits, false>;
+  auto convert = &bwd_convert_dq_kernel<Traits, false>;
+#else
+  auto prepass = varlen ? &bwd_prepass_kernel<Element, true> : &bwd_prepass_kernel<Element, false>;
+  auto kernel = mods ? &bwd_kernel<Traits, true> : &bwd_kernel<Traits, false>;
+  auto convert = varlen ? &bwd_convert_dq_kernel<Traits, true> : &bwd_convert_dq_kernel<Traits, false>;
+#endif
   const dim3 padded_row_grid(params.seqlen_q_rounded / 8, params.nheads, params.batch);
-  bwd_prepass_kernel<Element><<<padded_row_grid, 256, 0, stream>>>(params);
+  prepass<<<padded_row_grid, 256, 0, stream>>>(params);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
-  auto kernel = &bwd_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -58,7 +70,7 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   if (err != cudaSuccess) { return err; }
 
   const dim3 tile_grid(params.seqlen_q_rounded / Traits::kBlockM, params.nheads, params.batch);
-  bwd_convert_dq_kernel<Traits><<<tile_grid, Traits::kNThreads, 0, stream>>>(params);
+  convert<<<tile_grid, Traits::kNThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 

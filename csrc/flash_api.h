@@ -10,8 +10,7 @@
 
 namespace flash {
 
-// True when the kernels implement these sizes and options (both directions use it; the
-// reserved fields of params.h must be at their defaults).
+// True when the kernels implement these sizes and options (both directions use it).
 bool params_supported(const FwdParams& params);
 
 // Runs the forward pass on `stream`. params.headdim_rounded must be one of compiled_head_dims()
@@ -32,14 +31,16 @@ int fwd_shared_memory_bytes(int headdim_rounded);
 
 // Backward (only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main kernel, dQ
 // conversion on `stream`. The caller allocates the scratch buffers params.h describes, with
-// params.seqlen_q_rounded = bwd_rows_rounded(seqlen_q), and zeroes dq_accum.
+// params.seqlen_q_rounded = bwd_rows_rounded(seqlen_q) (and, varlen, params.varlen_scratch_rows =
+// bwd_varlen_scratch_rows(total_q, batch)), and zeroes dq_accum.
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
 int bwd_shared_memory_bytes(int headdim_rounded);
 
 // How many dq_accum slices a backward call needs: 1 unless params.deterministic, else enough
 // thread blocks to fill num_sms SMs (at most one per K/V block). Set params.num_dq_splits to it
-// and allocate num_dq_splits * batch * nheads * seqlen_q_rounded * headdim_rounded floats.
+// and allocate num_dq_splits * batch * nheads * seqlen_q_rounded * headdim_rounded floats
+// (varlen: num_dq_splits * nheads * varlen_scratch_rows * headdim_rounded).
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms);
 
 // Largest seqlen the int32 index arithmetic of the kernels admits.

@@ -10,6 +10,8 @@
 #include "kernel_traits.h"
 #include "mask.h"
 #include "params.h"
+#include "score_mods.h"
+#include "seq_info.h"
 #include "softmax.h"
 #include "tensor_utils.h"
 
@@ -32,7 +34,11 @@ CUTE_DEVICE void write_empty_tile(GO& gO, Lse& gLse, int valid_rows, int headdim
   for (int row = tid; row < valid_rows; row += Traits::kNThreads) { gLse(row) = -INFINITY; }
 }
 
-template <typename Traits>
+// kMods: score modifiers (softcap, ALiBi), a left window edge or varlen may be present. The plain
+// instantiation (kMods = false) compiles none of their code: at 255 registers any extra
+// runtime branch in the main loop reshuffled ptxas's allocation into spills (measured: 0 -> 44-64 B
+// in the d=128 backward), so the features get their own instantiation, picked at launch.
+template <typename Traits, bool kMods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_constant__ const FwdParams params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -43,26 +49,34 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>>;
   const int tid = threadIdx.x;
 
-  const VisibleKeys vk(params.seqlen_q, params.seqlen_k, params.window_left, params.window_right);
+  const SeqInfo<kMods> seq(params, blockIdx.z, blockIdx.y);  // (batch, head)
+  const VisibleKeys vk(seq.seqlen_q(), seq.seqlen_k(), params.window_left, params.window_right);
   // With a causal/window bound the last Q tiles do the most work: launch them first so the
   // long blocks do not form the tail of the grid.
   const int m_block = params.window_right >= 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int head_k = head / (params.nheads / params.nheads_k);  // GQA: q heads share a K/V head
-  const int valid_rows = min(kBlockM, params.seqlen_q - m_block * kBlockM);
+  if constexpr (kMods) {
+    if (m_block * kBlockM >= seq.seqlen_q()) { return; }  // varlen: past this sequence's end
+  }
+  const int valid_rows = min(kBlockM, seq.seqlen_q() - m_block * kBlockM);
 
   // ---------------------------------------------------------------- GLOBAL TILES
-  Tensor mQ = gmem_rows<Element, kHeadDim>(params.q_ptr, batch * params.q_batch_stride + head * params.q_head_stride,
-                                           params.seqlen_q, params.q_row_stride);            // (seqlen_q, d)
-  Tensor mK = gmem_rows<Element, kHeadDim>(params.k_ptr, batch * params.k_batch_stride + head_k * params.k_head_stride,
-                                           params.seqlen_k, params.k_row_stride);            // (seqlen_k, d)
-  Tensor mV = gmem_rows<Element, kHeadDim>(params.v_ptr, batch * params.v_batch_stride + head_k * params.v_head_stride,
-                                           params.seqlen_k, params.v_row_stride);            // (seqlen_k, d)
-  Tensor mO = gmem_rows<Element, kHeadDim>(params.o_ptr, batch * params.o_batch_stride + head * params.o_head_stride,
-                                           params.seqlen_q, params.o_row_stride);            // (seqlen_q, d)
-  Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + (int64_t(batch) * params.nheads + head) * params.seqlen_q),
-                            make_shape(params.seqlen_q));                                     // (seqlen_q)
+  // Varlen: batch strides are 0 and the sequence starts at row seq.q_row0() / seq.k_row0().
+  Tensor mQ = gmem_rows<Element, kHeadDim>(
+      params.q_ptr, batch * params.q_batch_stride + seq.q_row0() * params.q_row_stride + head * params.q_head_stride,
+      seq.seqlen_q(), params.q_row_stride);                                                     // (seqlen_q, d)
+  Tensor mK = gmem_rows<Element, kHeadDim>(
+      params.k_ptr, batch * params.k_batch_stride + seq.k_row0() * params.k_row_stride + head_k * params.k_head_stride,
+      seq.seqlen_k(), params.k_row_stride);                                                     // (seqlen_k, d)
+  Tensor mV = gmem_rows<Element, kHeadDim>(
+      params.v_ptr, batch * params.v_batch_stride + seq.k_row0() * params.v_row_stride + head_k * params.v_head_stride,
+      seq.seqlen_k(), params.v_row_stride);                                                     // (seqlen_k, d)
+  Tensor mO = gmem_rows<Element, kHeadDim>(
+      params.o_ptr, batch * params.o_batch_stride + seq.q_row0() * params.o_row_stride + head * params.o_head_stride,
+      seq.seqlen_q(), params.o_row_stride);                                                     // (seqlen_q, d)
+  Tensor mLse = make_tensor(make_gmem_ptr(params.lse_ptr + seq.lse_offset()), make_shape(seq.seqlen_q()));  // (seqlen_q)
 
   Tensor gQ = local_tile(mQ, TileQ{}, make_coord(m_block, 0));                                 // (kBlockM, d)
   Tensor gK = local_tile(mK, TileKV{}, make_coord(_, 0));                                      // (kBlockN, d, n)
@@ -97,11 +111,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   // Only the last K/V block can be ragged; it is always a masked step (needs_mask).
   auto load_k = [&](int n, auto check_rows) {
     load_tile<decltype(check_rows)::value>(gmem_copy, tKgK(_, _, _, n), tKsK, tKVcKV,
-                                           params.seqlen_k - n * kBlockN, params.headdim);
+                                           seq.seqlen_k() - n * kBlockN, params.headdim);
   };
   auto load_v = [&](int n, auto check_rows) {
     load_tile<decltype(check_rows)::value>(gmem_copy, tVgV(_, _, _, n), tVsV, tKVcKV,
-                                           params.seqlen_k - n * kBlockN, params.headdim);
+                                           seq.seqlen_k() - n * kBlockN, params.headdim);
   };
 
   // ---------------------------------------------------------------- MMA PARTITIONS
@@ -127,6 +141,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
 
   constexpr int kRowsPerThread = decltype(size<0>(acc_o_rc))::value;
   OnlineSoftmax<kRowsPerThread> softmax;
+  float alibi_slope = 0.f;  // score units; only the kMods instantiation reads it
+  if constexpr (kMods) { alibi_slope = alibi_slope_units(params, batch, head); }
 
   // ---------------------------------------------------------------- PROLOGUE
   // Blocks run from the last K/V block down, so the masked (diagonal / ragged) blocks come first.
@@ -141,9 +157,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   // dim by measurement (fwd_tile_config.h): ptxas spills differently in each.
   auto needs_mask = [&](int n) { return KvBlockRange<kBlockM, kBlockN>::needs_mask(vk, m_block, n); };
   if constexpr (Traits::kSplitMaskedLoop) {
-    // Split: the masked blocks (ragged end, diagonal) run first in their own loop; the
-    // interior loop carries no mask or row-check code. A left window edge would need a masked
-    // tail loop as well: run_fwd rejects window_left >= 0 until that lands.
+    // Split: the masked blocks (ragged end, diagonal, right window edge) run first in their
+    // own loop; the interior loop carries no mask or row-check code; blocks crossing a left
+    // window edge run last, masked again.
     auto step = [&](int n, auto masked) __attribute__((always_inline)) {
       Tensor acc_s = partition_fragment_C(tiled_mma, TileS{});                   // (MMA, MMA_M, MMA_N) fp32
       Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));  // (rows, kBlockN)
@@ -153,6 +169,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n, masked);   // only a masked block can be ragged
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
+      if constexpr (kMods) {
+        apply_softcap(acc_s, params);
+        apply_alibi(acc_s_rc, tScS_rc, alibi_slope, m_block * kBlockM, n * kBlockN, vk.shift);
+      }
       if constexpr (decltype(masked)::value) {
         apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n * kBlockN);
       }
@@ -169,8 +189,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
     };
     CUTE_NO_UNROLL
     for (; n_block >= range.n_min && needs_mask(n_block); --n_block) { step(n_block, true_type{}); }
-    CUTE_NO_UNROLL
-    for (; n_block >= range.n_min; --n_block) { step(n_block, false_type{}); }
+    if constexpr (kMods) {
+      // First block that a left window edge does not cut (range.n_min when there is none).
+      const int n_left = max(range.n_min, KvBlockRange<kBlockM, kBlockN>::first_block_past_left_edge(vk, m_block));
+      CUTE_NO_UNROLL
+      for (; n_block >= n_left; --n_block) { step(n_block, false_type{}); }
+      CUTE_NO_UNROLL
+      for (; n_block >= range.n_min; --n_block) { step(n_block, true_type{}); }
+    } else {
+      CUTE_NO_UNROLL
+      for (; n_block >= range.n_min; --n_block) { step(n_block, false_type{}); }
+    }
   } else {
     // Single loop, mask decided per block at run time, every load checks rows. The body is
     // written out here rather than shared with `step` above: the shared-lambda form of this
@@ -185,6 +214,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
       load_v(n_block, true_type{});
       cp_async_fence();
       gemm_ss(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_Q, smem_copy_K);  // S = Q K^T
+      if constexpr (kMods) {
+        apply_softcap(acc_s, params);
+        apply_alibi(acc_s_rc, tScS_rc, alibi_slope, m_block * kBlockM, n_block * kBlockN, vk.shift);
+      }
       if (needs_mask(n_block)) { apply_mask(acc_s_rc, tScS_rc, vk, m_block * kBlockM, n_block * kBlockN); }
       cp_async_wait<0>();
       __syncthreads();
@@ -201,7 +234,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
 
   // ---------------------------------------------------------------- EPILOGUE
   Tensor lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});                  // (rows)
-  softmax.finalize(acc_o_rc, lse, params.softmax_scale);
+  softmax.finalize(acc_o_rc, lse, kMods ? score_unit(params) : params.softmax_scale);
 
   // LSE: the first thread of each quad owns its rows.
   if (get<1>(tScS_rc(0, 0)) == 0) {

@@ -12,7 +12,15 @@ namespace flash {
 
 template <typename Traits>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
-  auto kernel = &fwd_kernel<Traits>;
+  // The plain instantiation unless softcap, ALiBi, a left window edge or varlen needs the other
+  // (fwd_kernel.h); builds with FLASH_ATTN_CUDA_FEATURES=0 have only the plain one.
+  const bool mods = needs_mods(params);
+#ifdef FLASH_ATTN_CUDA_NO_FEATURES
+  if (mods) { return cudaErrorNotSupported; }
+  auto kernel = &fwd_kernel<Traits, false>;
+#else
+  auto kernel = mods ? &fwd_kernel<Traits, true> : &fwd_kernel<Traits, false>;
+#endif
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {
     // Above 48 KB a block must opt in to the larger dynamic shared-memory carve-out.

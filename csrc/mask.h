@@ -1,6 +1,6 @@
 // Which keys a query may see: the K/V block range a Q tile visits, and the element mask on
 // the blocks that straddle a boundary. Causal is the window (left = -1, right = 0); one
-// runtime code path serves full, causal and (later) sliding-window attention.
+// runtime code path serves full, causal and sliding-window attention.
 #pragma once
 
 #include <climits>
@@ -47,6 +47,15 @@ struct KvBlockRange {
       const int first_key = first_row + vk.shift - vk.window_left;
       n_min = first_key <= 0 ? 0 : first_key / kBlockN;
     }
+  }
+
+  // The first K/V block whose keys all lie right of the left window edge for every row of Q
+  // tile m_block (n_min when there is no left window): blocks below it need the mask.
+  CUTE_HOST_DEVICE static int first_block_past_left_edge(VisibleKeys const& vk, int m_block) {
+    if (vk.window_left < 0) { return 0; }
+    const int last_row = m_block * kBlockM + kBlockM - 1;
+    const int edge = last_row + vk.shift - vk.window_left;  // the last row's first visible key
+    return edge <= 0 ? 0 : (edge + kBlockN - 1) / kBlockN;
   }
 
   // True when some element of the (m_block, n_block) tile is invisible: only those tiles pay

@@ -16,8 +16,7 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 //   out: like q
 //   lse: (batch, nheads, seqlen_q) float32, contiguous
 //
-// Fields marked "reserved" exist so that varlen and softcap can be added without reshaping
-// the struct; the current kernels require them at their defaults (checked by the binding).
+// Which option combinations the kernels implement: params_supported (fwd_dispatch.cu).
 struct FwdParams {
   // ---- pointers
   const void* __restrict__ q_ptr = nullptr;
@@ -43,7 +42,8 @@ struct FwdParams {
 
   // ---- softmax
   float softmax_scale = 0.f;       // usually 1/sqrt(d)
-  float scale_log2 = 0.f;          // softmax_scale * log2(e): scores go straight into exp2
+  float scale_log2 = 0.f;          // score unit * log2(e): softmax_scale * log2(e), or softcap * log2(e)
+                                   // when softcap > 0 (score_mods.h); scores go straight into exp2
 
   // ---- masking. Key j is visible to query i (bottom-right aligned, as flash-attn >= 2.1) iff
   //   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
@@ -51,13 +51,31 @@ struct FwdParams {
   int window_left = -1;
   int window_right = -1;
 
-  // ---- reserved for later features
-  const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
-  const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums: varlen (reserved)
-  float softcap = 0.f;                // > 0: scores -> softcap * tanh(scores / softcap) (reserved)
+  // ---- score modifiers (score_mods.h)
+  float softcap = 0.f;                // > 0: scaled scores s -> softcap * tanh(s / softcap)
+  float softcap_tanh_scale = 0.f;     // softmax_scale / softcap when softcap > 0 (tanh's argument per q.k)
+  // ALiBi: query head h of batch b adds -slope * |i + seqlen_k - seqlen_q - j| to its scaled
+  // scores, slope = alibi_slopes_ptr[b * alibi_slopes_batch_stride + h] (float32; stride 0 for
+  // one slope per head). Not combined with softcap (params_supported).
+  const float* alibi_slopes_ptr = nullptr;
+  int64_t alibi_slopes_batch_stride = 0;
+
+  // ---- variable-length batches (seq_info.h): q/k/v/out packed (total, nheads, d) with batch
+  // strides 0; seqlen_q/k are the maxima over the batch (they size the grid); lse is
+  // (nheads, total_q).
+  const int* cu_seqlens_q = nullptr;  // (batch + 1,) int32 prefix sums
+  const int* cu_seqlens_k = nullptr;  // (batch + 1,) int32 prefix sums
+  int total_q = 0;                    // rows of q/out: cu_seqlens_q[batch] when the prefix sums are valid
+  int total_k = 0;                    // rows of k/v: cu_seqlens_k[batch] likewise
 
   DType dtype = DType::kBFloat16;
 };
+
+// Whether the options need the kMods instantiation (fwd_kernel.h, bwd_kernel.h): softcap, ALiBi,
+// a left window edge or a varlen batch. Builds with FLASH_ATTN_CUDA_FEATURES=0 refuse these.
+inline bool needs_mods(const FwdParams& p) {
+  return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr;
+}
 
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the
 // gradients, and float32 scratch the caller allocates, with rows padded to seqlen_q_rounded =
@@ -69,9 +87,27 @@ struct FwdParams {
 //             padding rows and rows that see no key, so their P is exactly 0
 // With GQA the kernel writes dk/dv per *query* head (batch, seqlen_k, nheads, headdim); the
 // caller sums each group.
+//
+// Varlen (cu_seqlens_q set): dq/dk/dv/dout packed like q/k (batch strides 0), and the scratch
+// rows of each head hold every sequence padded on its own: sequence b starts at row
+// bwd_varlen_scratch_start(cu_seqlens_q[b], b) (below: a multiple of kBwdRowAlign), so
+//   dq_accum: (num_dq_splits, nheads, varlen_scratch_rows, headdim_rounded)
+//   delta, lse_log2: (nheads, varlen_scratch_rows)
+// with varlen_scratch_rows = bwd_varlen_scratch_rows(total_q, batch) = total_q + kBwdRowAlign * batch.
+// seqlen_q_rounded = bwd_rows_rounded(max seqlen_q) still sizes the pre-pass/convert grids.
 // Rows of the backward's scratch buffers are padded to a multiple of this (every backward
 // kBlockM divides it; BwdTraits asserts so).
 constexpr int kBwdRowAlign = 128;
+
+// Varlen scratch: sequence b (first packed row cu_q) starts at the multiple of kBwdRowAlign at or
+// below cu_q + kBwdRowAlign * b. Consecutive starts differ by at least its length rounded up to
+// kBwdRowAlign, so padded sequences never overlap, and all fit in total_q + kBwdRowAlign * batch rows.
+constexpr int64_t bwd_varlen_scratch_start(int cu_q, int b) {
+  return (int64_t(cu_q) + int64_t(kBwdRowAlign) * b) / kBwdRowAlign * kBwdRowAlign;
+}
+constexpr int64_t bwd_varlen_scratch_rows(int total_q, int batch) {
+  return int64_t(total_q) + int64_t(kBwdRowAlign) * batch;
+}
 
 struct BwdParams : FwdParams {
   const void* __restrict__ do_ptr = nullptr;
@@ -82,6 +118,7 @@ struct BwdParams : FwdParams {
   float* __restrict__ delta_ptr = nullptr;
   float* __restrict__ lse_log2_ptr = nullptr;
   int seqlen_q_rounded = 0;
+  int64_t varlen_scratch_rows = 0;  // varlen only: scratch rows per head (see above)
 
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;

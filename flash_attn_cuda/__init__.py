@@ -5,26 +5,68 @@
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple, Union
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from ._ops import compiled_dtypes, compiled_head_dims
-from ._validate import check_attention_inputs, check_softmax_scale
+from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims
+from ._validate import (FLT_MAX, FLT_MIN, check_alibi_slopes, check_attention_inputs, check_softcap,
+                        check_softmax_scale, check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
-__all__ = ["attention", "compiled_head_dims", "compiled_dtypes", "__version__"]
+__all__ = ["attention", "attention_varlen", "compiled_head_dims", "compiled_dtypes", "__version__"]
+
+
+def _check_flash_attn_only_args(dropout_p: float, return_attn_probs: bool) -> None:
+    """flash-attn's arguments this package takes for call compatibility but does not implement."""
+    if dropout_p != 0.0:
+        raise ValueError(f"flash_attn_cuda: attention dropout is not implemented; dropout_p must be 0.0, got {dropout_p}")
+    if return_attn_probs:
+        raise ValueError("flash_attn_cuda: return_attn_probs (flash-attn's testing-only dropout mask) is not "
+                         "implemented; use return_lse=True for the log-sum-exp")
+
+
+def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, softmax_scale: Optional[float], causal: bool,
+                     window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[torch.Tensor],
+                     varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor]]:
+    """The options after q, k, v of attention() / attention_varlen(), checked and normalised:
+    (softmax_scale, window_left, window_right, softcap, alibi_slopes). q's heads are dim -2."""
+    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
+    window_left, window_right = check_window_size(window_size, causal)
+    softcap = check_softcap(softcap)
+    alibi_slopes = check_alibi_slopes(alibi_slopes, batch, q.shape[-2], q.device)
+    if alibi_slopes is not None and softcap != 0:
+        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    if alibi_slopes is not None and alibi_slopes.requires_grad:
+        raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
+    # The kernels take softmax_scale / softcap (tanh's argument) and 2 softcap log2(e) as float32.
+    if softcap != 0 and not (softmax_scale / softcap >= FLT_MIN and 2 * softcap * math.log2(math.e) <= FLT_MAX):
+        raise ValueError(f"flash_attn_cuda: softcap {softcap} is out of range for softmax_scale {softmax_scale} "
+                         "(softmax_scale / softcap must be a normal float32 and softcap below about 1e38)")
+    # A left edge at or past the last key is no edge (the plain kernel runs it).
+    needs_features = varlen or softcap != 0 or alibi_slopes is not None or 0 <= window_left < seqlen_k
+    if needs_features and not HAS_FEATURES:
+        raise ValueError("flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes and attention_varlen "
+                         "need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
+                         "rebuild without that flag")
+    return softmax_scale, window_left, window_right, softcap, alibi_slopes
 
 
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
-    causal: bool = False,
+    dropout_p: float = 0.0,
     softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
     return_lse: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Exact softmax attention, computed by the FlashAttention-2 kernels of this package.
@@ -34,16 +76,26 @@ def attention(
         k: (batch, seqlen_k, nheads_k, headdim), same dtype/device; nheads % nheads_k == 0
            (nheads_k < nheads is grouped-query attention: head h reads K/V head h // (nheads // nheads_k)).
         v: (batch, seqlen_k, nheads_k, headdim).
+        dropout_p: must be 0.0 (no attention dropout); here so that flash-attn's positional
+            order (q, k, v, dropout_p, softmax_scale, causal, ...) works unchanged.
+        softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
         causal: mask keys after the query, aligned to the bottom-right corner of the score matrix
             (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
             no key get output 0 and LSE -inf.
-        softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
+        window_size: (left, right) sliding window: query i sees keys j with
+            i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; -1 = unbounded
+            on that side. causal=True sets right = 0. K/V blocks outside the window are skipped.
+        softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap) (Gemma-2 style);
+            0 = off.
+        alibi_slopes: float32 (nheads,) or (batch, nheads): head h adds
+            -slope * |i + seqlen_k - seqlen_q - j| to its scaled scores (not with softcap).
         deterministic: make the backward bit-reproducible (dq is otherwise summed with float32
             atomics in a run-dependent order): same bits on every run for the same GPU model,
             shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
             head): about num_SMs / (batch * nheads) of them, at most one per 128 keys) and some
             speed. torch.use_deterministic_algorithms does not switch it on; pass it explicitly.
-        return_lse: also return the log-sum-exp of each row's scaled scores.
+        return_attn_probs: must be False (flash-attn's testing-only dropout mask); use return_lse.
+        return_lse: (keyword) also return the log-sum-exp of each row's scaled scores.
 
     headdim must be a multiple of 8 and <= 256; only the last dimension of each input must be
     contiguous (strided views of the others are fine).
@@ -57,6 +109,58 @@ def attention(
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
-    softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
-    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic))
+    _check_flash_attn_only_args(dropout_p, return_attn_probs)
+    softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
+        q, q.shape[0], k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=False)
+    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
+                                             window_left, window_right, softcap, alibi_slopes)
+    return (out, lse) if return_lse else out
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    return_lse: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """attention() on a packed batch of variable-length sequences (flash-attn's
+    flash_attn_varlen_func layout), forward and backward.
+
+    Args:
+        q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim).
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) prefix sums on q's device: sequence b is
+            rows cu[b]:cu[b + 1] (length 0 allowed).
+        max_seqlen_q, max_seqlen_k: Python ints >= the longest sequence (they size the grid).
+        Other options as in attention(), in flash_attn_varlen_func's order; causal and windows
+        align each sequence's bottom-right corner.
+
+    Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32.
+    The cu_seqlens values are checked (one device-to-host copy) on the first call with a given
+    unmodified pair of tensors, never while torch.compile traces.
+    """
+    compiling = torch.compiler.is_compiling()
+    _, batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   compiled_head_dims(), compiled_dtypes(),
+                                   check_device=not compiling and not is_fake(q), check_alignment=not compiling,
+                                   check_values=not compiling)
+    _check_flash_attn_only_args(dropout_p, return_attn_probs)
+    softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
+        q, batch, int(max_seqlen_k), softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=True)
+    out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                                    int(max_seqlen_k), float(softmax_scale), bool(causal),
+                                                    bool(deterministic),
+                                                    window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out

@@ -9,6 +9,7 @@ only on real tensors outside torch.compile (see check_varlen_inputs).
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -252,8 +253,10 @@ def check_max_seqlen(name: str, max_seqlen: object) -> int:
 
 def values_readable(t: torch.Tensor) -> bool:
     """Whether t's values can be read here: not while torch.compile traces, not on fake or meta
-    tensors."""
-    return not torch.compiler.is_compiling() and not is_fake(t) and t.device.type != "meta"
+    tensors, not while a CUDA graph is being captured (a device-to-host copy would break it)."""
+    if torch.compiler.is_compiling() or is_fake(t) or t.device.type == "meta":
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def check_cu_seqlens_values(name: str, cu_seqlens: Union[torch.Tensor, Sequence[int]], total: int,
@@ -279,6 +282,54 @@ def check_cu_seqlens_values(name: str, cu_seqlens: Union[torch.Tensor, Sequence[
                          f"got {max_seqlen}")
 
 
+class _CheckedCuSeqlens:
+    """cu_seqlens pairs whose values passed check_cu_seqlens_values, so that the layers of one
+    model step, which share the same unmodified tensors, pay the device-to-host copy (a stream
+    sync) once instead of once per call.
+
+    One entry per pair of tensor objects (by id), holding weak references to them, so a dead
+    tensor's reused id never matches (the reference must still point at the very object), and
+    what the check depended on: each tensor's version counter (bumped by every in-place write
+    through PyTorch), data pointer, and the sizes checked against. A new state of a pair replaces
+    its entry; the table holds at most MAX_ENTRIES pairs. Writes that bypass the version counter
+    (tensor.data[...] = x, DLPack or raw-pointer writers) are not seen: the kernels then clamp
+    every sequence into the packed tensors (csrc/seq_info.h), so such values give wrong results,
+    never out-of-bounds memory accesses. Inference tensors have no version counter: checked on
+    every call."""
+
+    MAX_ENTRIES = 64
+
+    def __init__(self) -> None:
+        self._entries: dict = {}  # (id(cu_q), id(cu_k)) -> (weakref q, weakref k, state)
+
+    @staticmethod
+    def _state(cu_q: torch.Tensor, cu_k: torch.Tensor, sizes: tuple) -> Optional[tuple]:
+        try:
+            return (cu_q._version, cu_k._version, cu_q.data_ptr(), cu_k.data_ptr()) + sizes
+        except RuntimeError:  # inference tensors do not track versions
+            return None
+
+    def checked(self, cu_q: torch.Tensor, cu_k: torch.Tensor, sizes: tuple) -> bool:
+        entry = self._entries.get((id(cu_q), id(cu_k)))
+        if entry is None or entry[0]() is not cu_q or entry[1]() is not cu_k:
+            return False
+        state = self._state(cu_q, cu_k, sizes)
+        return state is not None and state == entry[2]
+
+    def add(self, cu_q: torch.Tensor, cu_k: torch.Tensor, sizes: tuple) -> None:
+        state = self._state(cu_q, cu_k, sizes)
+        if state is None:
+            return
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries = {key: e for key, e in self._entries.items() if e[0]() is not None and e[1]() is not None}
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+        self._entries[(id(cu_q), id(cu_k))] = (weakref.ref(cu_q), weakref.ref(cu_k), state)
+
+
+_checked_cu_seqlens = _CheckedCuSeqlens()
+
+
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         compiled_head_dims: Sequence[int], compiled_dtypes: Sequence[torch.dtype],
                         check_device: bool = True, check_alignment: bool = True,
@@ -290,7 +341,8 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
 
     check_device / check_alignment as in check_attention_inputs. check_values reads cu_seqlens
     (one device-to-host copy, which synchronises) to check their contents and the max_seqlen
-    bounds; it is skipped regardless while torch.compile traces and on fake/meta tensors,
+    bounds, once per unmodified pair of tensors (_CheckedCuSeqlens: the layers of a model step
+    share them); it is skipped regardless while torch.compile traces and on fake/meta tensors,
     where the values do not exist. Everything else is checked always.
 
     Returns (compiled head dim that will run, batch). TypeError for types/dtypes, ValueError else.
@@ -306,7 +358,10 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     max_seqlen_q = check_max_seqlen("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = check_max_seqlen("max_seqlen_k", max_seqlen_k)
     if check_values and values_readable(cu_seqlens_q) and values_readable(cu_seqlens_k):
-        values_q, values_k = torch.stack((cu_seqlens_q, cu_seqlens_k)).tolist()   # one device-to-host copy
-        check_cu_seqlens_values("cu_seqlens_q", values_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
-        check_cu_seqlens_values("cu_seqlens_k", values_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
+        sizes = (q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
+        if not _checked_cu_seqlens.checked(cu_seqlens_q, cu_seqlens_k, sizes):
+            values_q, values_k = torch.stack((cu_seqlens_q, cu_seqlens_k)).tolist()   # one device-to-host copy
+            check_cu_seqlens_values("cu_seqlens_q", values_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
+            check_cu_seqlens_values("cu_seqlens_k", values_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
+            _checked_cu_seqlens.add(cu_seqlens_q, cu_seqlens_k, sizes)
     return runnable, batch

@@ -125,17 +125,21 @@ def to_native(impl: str, inputs: List[tuple]) -> List[tuple]:
     return [tuple(t.transpose(1, 2).contiguous() for t in ts) for ts in inputs]
 
 
-def make_fwd(impl: str, inputs: List[tuple], causal: bool) -> Callable[[int], object]:
-    """A callable running one forward of impl on inputs[i] = (q, k, v), each (batch, seqlen, nheads, d)."""
-    attn, native = attention_fn(impl, causal), to_native(impl, inputs)
+def make_fwd(impl: str, inputs: List[tuple], causal: bool,
+             attn: Optional[Callable[..., torch.Tensor]] = None) -> Callable[[int], object]:
+    """A callable running one forward of impl on inputs[i] = (q, k, v), each (batch, seqlen, nheads, d);
+    attn: what to run in impl's layout instead of attention_fn(impl, causal)."""
+    attn, native = attn or attention_fn(impl, causal), to_native(impl, inputs)
     return lambda i: attn(*native[i])
 
 
-def make_bwd(impl: str, inputs: List[tuple], causal: bool) -> Dict[str, Callable[[int], object]]:
+def make_bwd(impl: str, inputs: List[tuple], causal: bool,
+             attn: Optional[Callable[..., torch.Tensor]] = None) -> Dict[str, Callable[[int], object]]:
     """Callables over inputs[i] = (q, k, v, dout), each (batch, seqlen, nheads, d), with q, k, v
     requiring grad: 'fwd' the forward, 'bwd' the backward alone (of a graph built here by one
-    forward per set and kept), 'fwdbwd' forward + backward. Each returns what it computed."""
-    attn, native = attention_fn(impl, causal), to_native(impl, inputs)
+    forward per set and kept), 'fwdbwd' forward + backward. Each returns what it computed.
+    attn: as in make_fwd."""
+    attn, native = attn or attention_fn(impl, causal), to_native(impl, inputs)
     leaves = [tuple(t.requires_grad_() for t in ts[:3]) for ts in native]
     douts = [ts[3] for ts in native]
     outs = [attn(*qkv) for qkv in leaves]
@@ -443,14 +447,14 @@ class RunInfo:
     dtype: str
 
     @classmethod
-    def current(cls, argv: Optional[List[str]], dtype: str) -> "RunInfo":
+    def current(cls, argv: Optional[List[str]], dtype: str, prog: str = "python -m flash_attn_cuda.bench") -> "RunInfo":
         args = sys.argv[1:] if argv is None else argv
-        return cls(command=f"python -m flash_attn_cuda.bench {shlex.join(args)}".rstrip(),
+        return cls(command=f"{prog} {shlex.join(args)}".rstrip(),
                    date=datetime.date.today().isoformat(), torch=torch.__version__,
                    gpu=torch.cuda.get_device_name(0), dtype=dtype)
 
-    def md_header(self) -> str:
-        return (f"# flash_attn_cuda vs PyTorch SDPA backends\n\n- command: `{self.command}`\n"
+    def md_header(self, title: str = "flash_attn_cuda vs PyTorch SDPA backends") -> str:
+        return (f"# {title}\n\n- command: `{self.command}`\n"
                 f"- date: {self.date}\n- torch: {self.torch}\n- GPU: {self.gpu}\n- dtype: {self.dtype}\n")
 
     def caption(self) -> str:

@@ -3,6 +3,8 @@
 # backward, fwd+bwd vs SDPA, and the fwd+bwd peak memory), optionally the C++ --check matrix and
 # tile sweeps. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
 #   summary.txt build.log tests.log bench.log results.tar.gz (h200_*.csv/md/png) check.log tune.log
+#   tune_bwd.log. FEATURES_BENCH=1 adds no file: its log is appended to bench.log and its
+#   h200_gqa.csv, h200_varlen.csv, h200_features.md go into results.tar.gz.
 # Needs the nvidia-cutlass wheel in .whl/ (no package registry there) unless CUTLASS_DIR is set.
 #
 #   scripts/gpu_check.sh                         build + tests + benchmark
@@ -11,6 +13,12 @@
 #   CHECK_MATRIX=1 scripts/gpu_check.sh          also make bench-cpp + benchmarks/cpp/check_matrix.sh
 #   TUNE="96:128x64x4x1 96:64x64x4x1" scripts/gpu_check.sh     also run benchmarks/cpp/tune_fwd.sh
 #   TUNE_BWD="128:64x128x8x2x4x2" scripts/gpu_check.sh          also run benchmarks/cpp/tune_bwd.sh
+#   FEATURES_BENCH=1 scripts/gpu_check.sh        also the GQA/varlen benchmark (make bench-features)
+#   SKIP_BENCH=1 FEATURES_BENCH=1 FEATURES_ARGS="--benches varlen" scripts/gpu_check.sh
+#   SAVE_SO=1 scripts/gpu_check.sh               also put the built extension in $OUT as so.tgz.partNN
+#                                                (15 MB pieces; counted in the 8 files)
+#   PREBUILT=.prebuilt scripts/gpu_check.sh      skip the build: unpack DIR/so.tgz.part* (carried from a
+#                                                SAVE_SO run of the same sources) into flash_attn_cuda/
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -35,13 +43,24 @@ fi
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
-log "build: archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_CUDA_HDIMS:-all} dtypes=${FLASH_ATTN_CUDA_DTYPES:-all} backward=${FLASH_ATTN_CUDA_BACKWARD:-1} jobs=$MAX_JOBS"
-start=$(date +%s)
-python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
-rc=$?
-log "build rc=$rc in $(( $(date +%s) - start )) s"
+if [ -n "${PREBUILT:-}" ]; then
+  cat "$PREBUILT"/so.tgz.part* | tar -xzf - -C flash_attn_cuda
+  rc=$?
+  log "prebuilt extension from $PREBUILT: rc=$rc $(ls flash_attn_cuda/_C*.so)"
+  [ $rc -eq 0 ] || exit $rc
+else
+  log "build: archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_CUDA_HDIMS:-all} dtypes=${FLASH_ATTN_CUDA_DTYPES:-all} backward=${FLASH_ATTN_CUDA_BACKWARD:-1} features=${FLASH_ATTN_CUDA_FEATURES:-1} jobs=$MAX_JOBS"
+  TIMEFORMAT="%R s wall, %U s user + %S s sys CPU (all nvcc/ptxas processes)"
+  { time python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; } 2> /tmp/gpu_check_build_time
+  rc=$?
+  log "build rc=$rc: $(cat /tmp/gpu_check_build_time)"
+  if [ $rc -eq 0 ] && [ -n "${SAVE_SO:-}" ]; then
+    (cd flash_attn_cuda && tar -czf - _C*.so) | split -b 15M -d - "$OUT/so.tgz.part"
+    log "saved the extension: $(ls "$OUT"/so.tgz.part* | wc -l) piece(s)"
+  fi
+fi
 # registers / spills of every forward kernel instance
-awk '/Function properties for .*(fwd|bwd)_kernel/{name=$NF; getline a; getline b; print name ": " a " |" b}' \
+[ -f "$OUT/build.log" ] && awk '/Function properties for .*(fwd|bwd)_kernel/{name=$NF; getline a; getline b; print name ": " a " |" b}' \
   "$OUT/build.log" | sed -E 's/_ZN5flash10fwd_kernelINS_9FwdTraitsI/fwd /; s/_ZN5flash10bwd_kernelINS_9BwdTraitsI/bwd /; s/ptxas info *: //' \
   | tee -a "$summary"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
@@ -55,10 +74,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   [ $trc -eq 0 ] || status=1
 fi
 
+results=/tmp/gpu_check_results
+rm -rf "$results" && mkdir -p "$results"
 if [ -z "${SKIP_BENCH:-}" ]; then
   log "benchmark: ${BENCH_ARGS:-FA2-paper grid}"
-  results=/tmp/gpu_check_results
-  rm -rf "$results" && mkdir -p "$results"
   python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --out "$results" --prefix h200 > "$OUT/bench.log" 2>&1
   brc=$?
   log "bench rc=$brc"
@@ -69,8 +88,18 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       || status=1
     tail -8 "$OUT/bench.log"
   fi
-  tar -czf "$OUT/results.tar.gz" -C "$results" .
 fi
+
+if [ -n "${FEATURES_BENCH:-}" ]; then
+  log "features benchmark (GQA, varlen): ${FEATURES_ARGS:-defaults}"
+  echo "== python -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-}" >> "$OUT/bench.log"
+  python3 -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-} --out "$results" --prefix h200 >> "$OUT/bench.log" 2>&1
+  frc=$?
+  log "features bench rc=$frc"
+  [ $frc -eq 0 ] || status=1
+  [ -f "$results/h200_features.md" ] && grep -E "^(\||#)" "$results/h200_features.md"
+fi
+[ -n "$(ls -A "$results")" ] && tar -czf "$OUT/results.tar.gz" -C "$results" .
 
 if [ -n "${CHECK_MATRIX:-}" ]; then
   log "C++ benchmarks: make bench-cpp + check matrix"

@@ -6,6 +6,7 @@ most twice the max error of PyTorch's own autograd in the low precision, plus 1e
 """
 import pytest
 import torch
+from fa2_checks import assert_grads_fa2_close, grads
 
 pytestmark = pytest.mark.gpu
 
@@ -27,23 +28,10 @@ def _needs_backward_build():
         pytest.skip("built with FLASH_ATTN_CUDA_BACKWARD=0")
 
 
-def grads(fn, q, k, v, dout):
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out = fn(q, k, v)
-    return torch.autograd.grad(out, (q, k, v), dout)
-
-
 def check_backward(q, k, v, causal, deterministic=False):
-    dout = torch.randn_like(q)
-    ours = grads(lambda a, b, c: attention(a, b, c, causal=causal, deterministic=deterministic), q, k, v, dout)
-    ref = grads(lambda a, b, c: attention_ref(a, b, c, causal, compute_dtype=torch.float32)[0], q, k, v, dout.float())
-    lowp = grads(lambda a, b, c: attention_ref(a, b, c, causal, compute_dtype=None)[0], q, k, v, dout)
-    for name, g, r, l in zip(("dq", "dk", "dv"), ours, ref, lowp):
-        assert g.shape == r.shape and g.dtype == q.dtype, name
-        assert not g.isnan().any(), f"{name} has NaN"
-        err = (g.float() - r).abs().max().item()
-        err_pt = (l.float() - r).abs().max().item()
-        assert err <= 2 * err_pt + 1e-4, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + 1e-4"
+    assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=causal, deterministic=deterministic),
+                           lambda a, b, c, dt: attention_ref(a, b, c, causal, compute_dtype=dt)[0],
+                           (q, k, v), torch.randn_like(q))
 
 
 SEQLENS = [(1, 1), (7, 7), (113, 203), (128, 128), (255, 100), (1000, 1000)]
@@ -81,7 +69,7 @@ def test_deterministic_is_bit_identical_and_right(shape, causal):
     k = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
     v = torch.randn(batch, seqlen_k, nheads, hdim, device="cuda", dtype=dtype)
     dout = torch.randn_like(q)
-    runs = [grads(lambda a, b, c: attention(a, b, c, causal=causal, deterministic=True), q, k, v, dout)
+    runs = [grads(lambda a, b, c: attention(a, b, c, causal=causal, deterministic=True), (q, k, v), dout)
             for _ in range(3)]
     for later in runs[1:]:
         for name, a, b in zip(("dq", "dk", "dv"), runs[0], later):

@@ -17,11 +17,22 @@ def test_defaults():
     assert cfg.backward is True
 
 
-def test_backward_flag():
+def test_backward_and_features_flags():
     assert build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "1"}).backward is True
     assert build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "off"}).backward is False
     with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_BACKWARD"):
         build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "maybe"})
+    assert build_config.from_env({}).features is True
+    assert build_config.from_env({"FLASH_ATTN_CUDA_FEATURES": "0"}).features is False
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_FEATURES"):
+        build_config.from_env({"FLASH_ATTN_CUDA_FEATURES": "2"})
+
+
+def test_compile_defines_follow_the_flags():
+    defines = build_config.compile_defines
+    assert defines(build_config.from_env({})) == ["-DFLASH_ATTN_CUDA_BACKWARD"]
+    assert defines(build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "0", "FLASH_ATTN_CUDA_FEATURES": "0"})) == [
+        "-DFLASH_ATTN_CUDA_NO_FEATURES"]
 
 
 @pytest.mark.parametrize("text,expected", [("90", (90,)), ("80;90", (80, 90)), ("9.0, 8.0", (80, 90)),

@@ -504,6 +504,49 @@ def test_varlen_value_checks_run_on_real_tensors(monkeypatch):
     assert _varlen(q, k, v, cu_q, cu_k, 4, 4) == (HDIM, 3)
 
 
+def test_varlen_values_checked_once_per_unmodified_pair(monkeypatch):
+    """The layers of a model step reuse one cu_seqlens pair: its values are read (a stream sync
+    on the GPU) on the first call only; again after an in-place write or with other sizes; never
+    taken from an entry whose tensor died (a reused id); every call for inference tensors."""
+    monkeypatch.setattr(_validate, "_check_qkv", lambda *args: HDIM)
+    reads = []
+    real = _validate.check_cu_seqlens_values
+    monkeypatch.setattr(_validate, "check_cu_seqlens_values", lambda *a, **kw: (reads.append(a[0]), real(*a, **kw)))
+    q, k, v = torch.empty(9, 2, 8), torch.empty(7, 2, 8), torch.empty(7, 2, 8)
+    cu_q, cu_k = _cu(0, 0, 5, 9), _cu(0, 3, 3, 7)
+    for _ in range(3):
+        _varlen(q, k, v, cu_q, cu_k, 5, 4)
+    assert reads == ["cu_seqlens_q", "cu_seqlens_k"]
+    _varlen(q, k, v, cu_q, cu_k, 6, 4)  # other sizes: checked again
+    assert len(reads) == 4
+    cu_k[1] = 4  # in place: the version changes, the bad value is caught
+    with pytest.raises(ValueError, match="non-decreasing"):
+        _varlen(q, k, v, cu_q, cu_k, 5, 4)
+    # An entry left by dead tensors under the ids of live ones (what id reuse would do) is ignored.
+    table = _validate._checked_cu_seqlens
+    dead_q, dead_k = _cu(0, 0, 5, 9), _cu(0, 3, 3, 7)
+    table.add(dead_q, dead_k, (9, 7, 5, 4))
+    entry = table._entries[(id(dead_q), id(dead_k))]
+    del dead_q, dead_k
+    fresh_q, fresh_k = _cu(0, 9, 9, 9), _cu(0, 7, 7, 7)
+    table._entries[(id(fresh_q), id(fresh_k))] = entry
+    assert not table.checked(fresh_q, fresh_k, (9, 7, 5, 4))
+    with pytest.raises(ValueError, match="max_seqlen_q must be >= the longest sequence"):
+        _varlen(q, k, v, fresh_q, fresh_k, 5, 4)
+    # A pair refreshed in place many times keeps one entry (no growth).
+    n = len(table._entries)
+    for i in range(200):
+        cu_k[1] = 3
+        _varlen(q, k, v, cu_q, cu_k, 5, 4)
+    assert len(table._entries) <= n + 1
+    with torch.inference_mode():
+        cu_q, cu_k = _cu(0, 0, 5, 9), _cu(0, 3, 3, 7)
+        reads.clear()
+        _varlen(q, k, v, cu_q, cu_k, 5, 4)
+        _varlen(q, k, v, cu_q, cu_k, 5, 4)
+        assert len(reads) == 4
+
+
 def test_checks_trace_under_torch_compile():
     """The argument checks trace without graph breaks (fullgraph), and values_readable is False
     while compiling, so no value is read from a traced tensor."""

@@ -125,11 +125,81 @@ def test_autograd_wiring(fake):
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
     ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse),
-                                softmax_scale=0.1, causal=True, deterministic=False)
+                                options=(0.1, True, False, -1, 0, 0.0))
     if _ops.HAS_BACKWARD:
         dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None, None, None]  # softmax_scale, causal, deterministic
+        assert nones == [None] * 7  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
             _ops._fwd_backward(ctx, torch.empty_like(out), None)
+
+
+def test_varlen_fake_shapes_and_autograd_wiring(fake):
+    """attention_varlen on fake tensors: output/LSE shapes, and the backward calls bwd_varlen
+    (backward builds) with gradients shaped like the packed inputs."""
+    import types
+
+    from flash_attn_cuda import _ops, attention_varlen
+    q = t(150, 8, HDIM).requires_grad_(True)   # (total_q, nheads, d)
+    k = t(90, 2, HDIM).requires_grad_(True)    # (total_k, nheads_k, d)
+    v = t(90, 2, HDIM).requires_grad_(True)
+    cu_q = torch.tensor([0, 100, 150], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 40, 90], dtype=torch.int32, device="cuda")
+    out, lse = attention_varlen(q, k, v, cu_q, cu_k, 100, 50, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (8, 150) and lse.dtype == torch.float32
+    assert out.requires_grad and not lse.requires_grad
+    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k),
+                                options=(100, 50, 0.1, True, False, -1, 0, 0.0))
+    if _ops.HAS_BACKWARD:
+        dq, dk, dv, *nones = _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+        assert nones == [None] * 11  # cu_seqlens_q/k, max_seqlen_q/k and fwd's seven options
+    else:
+        with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
+            _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
+
+
+def test_feature_options_refused_without_feature_kernels(fake, monkeypatch):
+    """A FLASH_ATTN_CUDA_FEATURES=0 build (simulated here unless this is one) refuses the options
+    that need the feature kernels with one ValueError naming the flag, and runs the rest."""
+    from flash_attn_cuda import attention_varlen
+    monkeypatch.setattr(flash_attn_cuda, "HAS_FEATURES", False)
+    q, k = t(2, 64, 4, HDIM), t(2, 48, 4, HDIM)
+    for options in (dict(softcap=10.0), dict(window_size=(16, -1)), dict(window_size=(8, 0)),
+                    dict(alibi_slopes=torch.ones(4, device="cuda"))):
+        with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_FEATURES=0"):
+            attention(q, k, k, **options)
+    cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_FEATURES=0"):
+        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64)
+    # plain kernels: causal, a right edge only, a left edge that reaches every key
+    for options in (dict(causal=True), dict(window_size=(-1, 5)), dict(window_size=(48, -1))):
+        assert attention(q, k, k, **options).shape == q.shape
+
+
+# flash-attn 2.x signatures (flash_attn_func, flash_attn_varlen_func): switching is an import change.
+FLASH_ATTN_FUNC = ["q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
+                   "deterministic", "return_attn_probs"]
+FLASH_ATTN_VARLEN_FUNC = FLASH_ATTN_FUNC[:3] + ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                                "max_seqlen_k"] + FLASH_ATTN_FUNC[3:]
+
+
+def test_flash_attn_positional_order_and_unimplemented_args(fake):
+    import inspect
+
+    from flash_attn_cuda import attention_varlen
+    for fn, names in ((attention, FLASH_ATTN_FUNC), (attention_varlen, FLASH_ATTN_VARLEN_FUNC)):
+        params = inspect.signature(fn).parameters
+        positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        assert positional == names
+    q, k = t(2, 64, 4, HDIM), t(2, 48, 4, HDIM)
+    out = attention(q, k, k, 0.0, 0.25, True)  # flash_attn_func(q, k, v, dropout_p, softmax_scale, causal)
+    assert out.shape == q.shape
+    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
+        attention(q, k, k, 0.1)
+    with pytest.raises(ValueError, match="return_lse=True"):
+        attention(q, k, k, return_attn_probs=True)
+    cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
+        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, 0.5)

@@ -5,6 +5,8 @@ setup.py before anything is built, and by the CPU tests).
     FLASH_ATTN_CUDA_HDIMS   all            head dims to compile, from 32,64,96,128,160,192,224,256
     FLASH_ATTN_CUDA_DTYPES  "fp16,bf16"    element types to compile
     FLASH_ATTN_CUDA_BACKWARD  "1"          0: forward only (half the kernels; .backward() raises)
+    FLASH_ATTN_CUDA_FEATURES  "1"          0: no window/softcap/ALiBi/varlen kernels (half the kernels;
+                                           those options raise)
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job
 
 Lists accept ',' or ';' or spaces as separators.
@@ -32,6 +34,7 @@ class BuildConfig:
     head_dims: tuple[int, ...]
     dtypes: tuple[str, ...]
     backward: bool = False
+    features: bool = True
 
 
 def _split(value: str) -> list[str]:
@@ -95,7 +98,14 @@ def from_env(env: Mapping[str, str]) -> BuildConfig:
         head_dims=parse_head_dims(env.get("FLASH_ATTN_CUDA_HDIMS")),
         dtypes=parse_dtypes(env.get("FLASH_ATTN_CUDA_DTYPES")),
         backward=parse_bool("FLASH_ATTN_CUDA_BACKWARD", env.get("FLASH_ATTN_CUDA_BACKWARD"), True),
+        features=parse_bool("FLASH_ATTN_CUDA_FEATURES", env.get("FLASH_ATTN_CUDA_FEATURES"), True),
     )
+
+
+def compile_defines(cfg: BuildConfig) -> list[str]:
+    """-D flags every source (C++ and CUDA, extension and C++ benchmarks) is compiled with."""
+    return ((["-DFLASH_ATTN_CUDA_BACKWARD"] if cfg.backward else []) +
+            ([] if cfg.features else ["-DFLASH_ATTN_CUDA_NO_FEATURES"]))
 
 
 def nvcc_gencode_flags(archs: tuple[int, ...]) -> list[str]:

@@ -1,0 +1,52 @@
+"""FA2's accuracy rule, shared by the GPU tests: against a float32 reference, our max error is at
+most twice the error of PyTorch computing the same thing in the low precision, plus 1e-4.
+Gradients go through autograd on fresh leaves; outputs are poisoned (NaN-filled blocks freed just
+before the call) so that elements a kernel never writes show up as NaN."""
+import torch
+
+EPS = 1e-4
+
+
+def poison(shape, dtype):
+    """Leave NaN in the allocator's free blocks of this size, where the next outputs land."""
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
+    del blocks
+
+
+def assert_fa2_close(name, ours, ref, lowp):
+    """ours (low precision) vs ref (float32) with PyTorch's own low-precision result lowp as the bar."""
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
+    assert not ours.isnan().any(), f"{name} has NaN (unwritten or wrong)"
+    if ours.numel() == 0:
+        return
+    err = (ours.float() - ref).abs().max().item()
+    err_pt = (lowp.float() - ref).abs().max().item()
+    assert err <= 2 * err_pt + EPS, f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + {EPS}"
+
+
+def assert_lse_close(lse, ref_lse, rtol=1e-4):
+    """-inf exactly where the reference's row sees no key; elsewhere relative error <= rtol."""
+    assert lse.shape == ref_lse.shape, f"lse shape {tuple(lse.shape)} != {tuple(ref_lse.shape)}"
+    empty = ref_lse == float("-inf")
+    assert torch.equal(lse == float("-inf"), empty), "LSE must be -inf exactly on rows with no visible key"
+    if (~empty).any():
+        err = ((lse[~empty] - ref_lse[~empty]).abs() / (1 + ref_lse[~empty].abs())).max().item()
+        assert err <= rtol, f"LSE relative error {err:.3e} > {rtol}"
+
+
+def grads(fn, inputs, dout):
+    """d(fn(*inputs)) / d inputs for the output gradient dout, on fresh leaf copies."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    return torch.autograd.grad(fn(*leaves), leaves, dout)
+
+
+def assert_grads_fa2_close(ours_fn, ref_fn, inputs, dout):
+    """Gradients of ours_fn(*inputs) vs ref_fn(*inputs, compute_dtype) (float32, and None = the
+    inputs' low precision), FA2's rule for each input; dout is in the inputs' dtype."""
+    ours = grads(ours_fn, inputs, dout)
+    ref = grads(lambda *a: ref_fn(*a, torch.float32), inputs, dout.float())
+    lowp = grads(lambda *a: ref_fn(*a, None), inputs, dout)
+    for i, (g, r, l) in enumerate(zip(ours, ref, lowp)):
+        name = ("dq", "dk", "dv")[i] if i < 3 else f"d(input {i})"
+        assert g.dtype == inputs[i].dtype, f"{name}: dtype {g.dtype} != {inputs[i].dtype}"
+        assert_fa2_close(name, g, r, l)
