@@ -28,11 +28,12 @@ def _check_flash_attn_only_args(dropout_p: float, return_attn_probs: bool) -> No
                          "implemented; use return_lse=True for the log-sum-exp")
 
 
-def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, softmax_scale: Optional[float], causal: bool,
-                     window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[torch.Tensor],
-                     varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor]]:
-    """The options after q, k, v of attention() / attention_varlen(), checked and normalised:
+def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, dropout_p: float, softmax_scale: Optional[float],
+                     causal: bool, window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[torch.Tensor],
+                     return_attn_probs: bool, varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor]]:
+    """The options of attention() / attention_varlen() after the tensors, checked and normalised:
     (softmax_scale, window_left, window_right, softcap, alibi_slopes). q's heads are dim -2."""
+    _check_flash_attn_only_args(dropout_p, return_attn_probs)
     softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
     window_left, window_right = check_window_size(window_size, causal)
     softcap = check_softcap(softcap)
@@ -109,9 +110,9 @@ def attention(
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
-    _check_flash_attn_only_args(dropout_p, return_attn_probs)
     softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
-        q, q.shape[0], k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=False)
+        q, q.shape[0], k.shape[1], dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        return_attn_probs, varlen=False)
     out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
                                              window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out
@@ -156,9 +157,9 @@ def attention_varlen(
                                    compiled_head_dims(), compiled_dtypes(),
                                    check_device=not compiling and not is_fake(q), check_alignment=not compiling,
                                    check_values=not compiling)
-    _check_flash_attn_only_args(dropout_p, return_attn_probs)
     softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
-        q, batch, int(max_seqlen_k), softmax_scale, causal, window_size, softcap, alibi_slopes, varlen=True)
+        q, batch, int(max_seqlen_k), dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        return_attn_probs, varlen=True)
     out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                                     int(max_seqlen_k), float(softmax_scale), bool(causal),
                                                     bool(deterministic),

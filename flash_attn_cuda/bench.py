@@ -102,19 +102,30 @@ def _sdpa_backend(name: str):
             "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
 
 
+def sdpa_fn(impl: str, causal: bool, gqa: str = "", bias: Optional[torch.Tensor] = None
+            ) -> Callable[..., torch.Tensor]:
+    """impl's SDPA backend on (batch, nheads*, seqlen, d) q, k, v. gqa: '' (as many K/V heads as q
+    heads), 'enable_gqa', or 'expand' (K/V heads repeated inside the call); bias: additive mask or None."""
+    from torch.nn.attention import sdpa_kernel
+    backend = _sdpa_backend(impl)
+    extra = {"enable_gqa": True} if gqa == "enable_gqa" else {}  # torch < 2.5 has no enable_gqa
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if gqa == "expand":
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, nheads, seqlen, d)
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, **extra)
+    return run
+
+
 def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     """impl's attention on (q, k, v) in its native layout: (batch, seqlen, nheads, d) for
     flash_attn_cuda, (batch, nheads, seqlen, d) for SDPA's backends."""
     if impl == "flash_attn_cuda":
         from flash_attn_cuda import attention
         return lambda q, k, v: attention(q, k, v, causal=causal)
-    from torch.nn.attention import sdpa_kernel
-    backend = _sdpa_backend(impl)
-
-    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return run
+    return sdpa_fn(impl, causal)
 
 
 def to_native(impl: str, inputs: List[tuple]) -> List[tuple]:

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from .bench import (DTYPES, FLOP_FACTORS, IMPLS, Row, RunInfo, _directions, _first_line, _int_list, _progress,
-                    _sdpa_backend, attention_fn, attention_flops, make_bwd, make_fwd, n_input_sets, random_inputs,
+                    attention_fn, attention_flops, make_bwd, make_fwd, n_input_sets, random_inputs, sdpa_fn,
                     time_cuda, write_csv)
 
 PROG = "python -m flash_attn_cuda.bench_features"
@@ -114,22 +114,6 @@ def key_padding_bias(lengths: Sequence[int], max_seqlen: int, dtype: torch.dtype
 
 
 # ---- what is run ---------------------------------------------------------------------------------
-
-def sdpa_fn(impl: str, causal: bool, gqa: str = "", bias: Optional[torch.Tensor] = None) -> Attn:
-    """impl's SDPA on (batch, nheads*, seqlen, d) q, k, v. gqa: '' (as many K/V heads as q heads),
-    'enable_gqa', or 'expand' (K/V heads repeated inside the call); bias: additive mask or None."""
-    from torch.nn.attention import sdpa_kernel
-    backend = _sdpa_backend(impl)
-
-    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if gqa == "expand":
-            group = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, nheads, seqlen, d)
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal,
-                                                  enable_gqa=gqa == "enable_gqa")
-    return run
-
 
 def in_bshd(layout: str, attn: Attn) -> Attn:
     """attn, run in impl `layout`'s native layout, as a function of (batch, seqlen, nheads*, d) tensors:
