@@ -51,17 +51,22 @@ HAS_FEATURES: bool = bool(_ops.has_features())
 _FWD_DEFAULTS = (None, None, False, -1, -1, 0.0, None)
 
 
+def _save_for_backward(ctx, tensors, options) -> None:
+    """tensors, then the alibi_slopes tensor (options' last) when given, saved for the backward;
+    the other options kept on ctx.options."""
+    *rest, alibi_slopes = options
+    ctx.save_for_backward(*tensors, *(() if alibi_slopes is None else (alibi_slopes,)))
+    ctx.options = tuple(rest)
+
+
 def _fwd_setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     out, lse = output
     ctx.mark_non_differentiable(lse)  # gradients flow through out only
     if HAS_BACKWARD:
         # softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes
-        # (defaults filled in); the slopes tensor is saved like the other tensors.
-        options = tuple(inputs[3:]) + _FWD_DEFAULTS[len(inputs) - 3:]
-        alibi_slopes = options[-1]
-        ctx.save_for_backward(q, k, v, out, lse, *(() if alibi_slopes is None else (alibi_slopes,)))
-        ctx.options = options[:-1]
+        # (defaults filled in)
+        _save_for_backward(ctx, (q, k, v, out, lse), tuple(inputs[3:]) + _FWD_DEFAULTS[len(inputs) - 3:])
 
 
 def _require_backward() -> None:
@@ -107,11 +112,8 @@ def _fwd_varlen_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
     if HAS_BACKWARD:
         # max_seqlen_q, max_seqlen_k, then fwd's options (defaults filled in) as in _fwd_setup_context
-        options = tuple(inputs[5:]) + _FWD_DEFAULTS[len(inputs) - 7:]
-        alibi_slopes = options[-1]
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                              *(() if alibi_slopes is None else (alibi_slopes,)))
-        ctx.options = options[:-1]
+        _save_for_backward(ctx, (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k),
+                           tuple(inputs[5:]) + _FWD_DEFAULTS[len(inputs) - 7:])
 
 
 def _fwd_varlen_backward(ctx, grad_out, grad_lse):
