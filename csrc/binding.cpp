@@ -146,19 +146,34 @@ int check_options(const at::Tensor& q, int64_t batch, int64_t nheads, int64_t he
 void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
                   int headdim_rounded);
 
-// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, softcap, dtype.
-void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, const Options& opt,
-                     int headdim_rounded) {
+// (batch, row, head) strides of a (batch, seqlen, nheads, d) tensor, or of a packed varlen
+// (total, nheads, d) one, which has no batch dimension (batch stride 0).
+void set_strides(const at::Tensor& t, int64_t& batch, int64_t& row, int64_t& head) {
+  const int64_t r = t.dim() - 3;  // the row dimension
+  batch = r == 0 ? 0 : t.stride(0);
+  row = t.stride(r);
+  head = t.stride(r + 1);
+}
+
+// Pointers and strides of q, k, v, out, lse: dense 4-D or packed 3-D tensors alike.
+void fill_tensors(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& out, const at::Tensor& lse) {
   p.q_ptr = q.data_ptr();
   p.k_ptr = k.data_ptr();
   p.v_ptr = v.data_ptr();
   p.o_ptr = out.data_ptr();
   p.lse_ptr = lse.data_ptr<float>();
-  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
-  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  set_strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+}
+
+// The fields both directions share: q, k, v, out, lse, sizes, scale, mask, softcap, dtype.
+void fill_fwd_params(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& out, const at::Tensor& lse, double softmax_scale, const Options& opt,
+                     int headdim_rounded) {
+  fill_tensors(p, q, k, v, out, lse);
   p.batch = static_cast<int>(q.size(0));
   p.seqlen_q = static_cast<int>(q.size(1));
   p.seqlen_k = static_cast<int>(k.size(1));
@@ -172,15 +187,7 @@ void fill_varlen_params(flash::FwdParams& p, const at::Tensor& q, const at::Tens
                         const at::Tensor& out, const at::Tensor& lse, const at::Tensor& cu_seqlens_q,
                         const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                         double softmax_scale, const Options& opt, int headdim_rounded) {
-  p.q_ptr = q.data_ptr();
-  p.k_ptr = k.data_ptr();
-  p.v_ptr = v.data_ptr();
-  p.o_ptr = out.data_ptr();
-  p.lse_ptr = lse.data_ptr<float>();
-  p.q_row_stride = q.stride(0), p.q_head_stride = q.stride(1);
-  p.k_row_stride = k.stride(0), p.k_head_stride = k.stride(1);
-  p.v_row_stride = v.stride(0), p.v_head_stride = v.stride(1);
-  p.o_row_stride = out.stride(0), p.o_head_stride = out.stride(1);
+  fill_tensors(p, q, k, v, out, lse);
   p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
   p.cu_seqlens_k = cu_seqlens_k.data_ptr<int>();
   p.total_q = static_cast<int>(q.size(0));
@@ -355,8 +362,8 @@ at::Tensor sum_groups(const at::Tensor& per_q_head, int64_t nheads_k) {
 }
 
 // p holds the forward's fields (fill_fwd_params / fill_varlen_params). Allocates the scratch of
-// params.h, points p at dout and the gradients (dk/dv per query head), launches. Packed varlen
-// tensors have no batch dimension (their batch strides stay 0).
+// params.h, points p at dout and the gradients (dk/dv per query head; strides by set_strides),
+// launches.
 void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tensor& dq, const at::Tensor& dk,
                      const at::Tensor& dv, bool deterministic) {
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -379,12 +386,10 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk.data_ptr(), p.dv_ptr = dv.data_ptr();
   p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
   p.lse_log2_ptr = lse_log2.data_ptr<float>();
-  const int r = varlen ? 0 : 1;  // the row dimension
-  auto batch_stride = [&](const at::Tensor& t) { return varlen ? int64_t(0) : t.stride(0); };
-  p.do_batch_stride = batch_stride(dout), p.do_row_stride = dout.stride(r), p.do_head_stride = dout.stride(r + 1);
-  p.dq_batch_stride = batch_stride(dq), p.dq_row_stride = dq.stride(r), p.dq_head_stride = dq.stride(r + 1);
-  p.dk_batch_stride = batch_stride(dk), p.dk_row_stride = dk.stride(r), p.dk_head_stride = dk.stride(r + 1);
-  p.dv_batch_stride = batch_stride(dv), p.dv_row_stride = dv.stride(r), p.dv_head_stride = dv.stride(r + 1);
+  set_strides(dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  set_strides(dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  set_strides(dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  set_strides(dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream()), p, "backward");
 }
 
