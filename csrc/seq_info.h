@@ -35,16 +35,24 @@ struct SeqInfo<false> {
   CUTE_DEVICE int64_t lse_offset() const { return (int64_t(batch) * p.nheads + head) * p.seqlen_q; }
 };
 
+// Sequence b of a packed tensor of `total` rows, as its prefix sums cu place it, clamped into the
+// tensor: its first row in [0, total], its length in [0, min(max_len, total - first)] (max_len:
+// the longest sequence the grid was sized for).
+CUTE_DEVICE int varlen_first_row(const int* cu, int b, int total) { return min(max(cu[b], 0), total); }
+CUTE_DEVICE int varlen_length(const int* cu, int b, int first, int total, int max_len) {
+  return min(max(cu[b + 1] - first, 0), min(max_len, total - first));
+}
+
 template <>
 struct SeqInfo<true> {
   int sq, sk;
   int64_t q0, k0, lse0;
   CUTE_DEVICE SeqInfo(FwdParams const& p, int batch, int head) {
     if (p.cu_seqlens_q != nullptr) {
-      const int first_q = min(max(p.cu_seqlens_q[batch], 0), p.total_q);
-      const int first_k = min(max(p.cu_seqlens_k[batch], 0), p.total_k);
-      sq = min(max(p.cu_seqlens_q[batch + 1] - first_q, 0), min(p.seqlen_q, p.total_q - first_q));
-      sk = min(max(p.cu_seqlens_k[batch + 1] - first_k, 0), min(p.seqlen_k, p.total_k - first_k));
+      const int first_q = varlen_first_row(p.cu_seqlens_q, batch, p.total_q);
+      const int first_k = varlen_first_row(p.cu_seqlens_k, batch, p.total_k);
+      sq = varlen_length(p.cu_seqlens_q, batch, first_q, p.total_q, p.seqlen_q);
+      sk = varlen_length(p.cu_seqlens_k, batch, first_k, p.total_k, p.seqlen_k);
       q0 = first_q;
       k0 = first_k;
       lse0 = int64_t(head) * p.total_q + q0;  // lse: (nheads, total_q)
@@ -70,7 +78,7 @@ template <bool kVarlen>
 CUTE_DEVICE int64_t bwd_scratch_row0(BwdParams const& p, int batch, int head) {
   if constexpr (kVarlen) {
     if (p.cu_seqlens_q != nullptr) {
-      const int first_q = min(max(p.cu_seqlens_q[batch], 0), p.total_q);
+      const int first_q = varlen_first_row(p.cu_seqlens_q, batch, p.total_q);
       return int64_t(head) * p.varlen_scratch_rows + bwd_varlen_scratch_start(first_q, batch);
     }
   }
