@@ -7,9 +7,12 @@ import torch
 EPS = 1e-4
 
 
-def poison(shape, dtype):
-    """Leave NaN in the allocator's free blocks of this size, where the next outputs land."""
-    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
+def poison(*shapes_dtypes):
+    """Leave NaN in the caching allocator's free blocks of these (shape, dtype) sizes, two of each,
+    where the next outputs land: elements a kernel does not write stay NaN instead of happening
+    to be zero."""
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+              for shape, dtype in shapes_dtypes for _ in range(2)]
     del blocks
 
 

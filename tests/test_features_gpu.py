@@ -30,7 +30,7 @@ def _ref(q, k, v, causal, window_size, softcap, compute_dtype):
 
 
 def check_forward(q, k, v, window_size, causal, softcap):
-    poison(q.shape, q.dtype)
+    poison((q.shape, q.dtype))
     out, lse = attention(q, k, v, causal=causal, window_size=window_size, softcap=softcap, return_lse=True)
     ref, ref_lse = _ref(q, k, v, causal, window_size, softcap, torch.float32)
     ref_lowp, _ = _ref(q, k, v, causal, window_size, softcap, None)
@@ -108,7 +108,7 @@ def test_alibi_forward_and_backward(seqlen_q, seqlen_k, window_size, causal, per
     k = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
     v = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
     slopes = torch.rand((batch, nheads) if per_batch else (nheads,), device="cuda") * 0.5
-    poison(q.shape, q.dtype)
+    poison((q.shape, q.dtype))
     out, lse = attention(q, k, v, causal=causal, window_size=window_size, alibi_slopes=slopes, return_lse=True)
     ref, ref_lse = _alibi_ref(q, k, v, causal, window_size, slopes, torch.float32)
     ref_lowp, _ = _alibi_ref(q, k, v, causal, window_size, slopes, None)

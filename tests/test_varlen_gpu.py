@@ -51,7 +51,7 @@ def _options(lengths_q, nheads, window_size, softcap, alibi):
 
 
 def check_varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, opts):
-    poison(q.shape, q.dtype)
+    poison((q.shape, q.dtype))
     out, lse = attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, return_lse=True, **opts)
     ref, ref_lse = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, **opts)
     ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, compute_dtype=None, **opts)
@@ -66,8 +66,7 @@ def check_varlen_backward(q, k, v, cu_q, cu_k, max_q, max_k, causal, opts):
     nheads, total_k, hdim = q.shape[1], k.shape[0], q.shape[2]
 
     def poison_grads(grad_out):
-        poison(q.shape, q.dtype)
-        poison((total_k, nheads, hdim), q.dtype)
+        poison((q.shape, q.dtype), ((total_k, nheads, hdim), q.dtype))
 
     def ours(a, b, c):
         out = attention_varlen(a, b, c, cu_q, cu_k, max_q, max_k, causal=causal, **opts)
