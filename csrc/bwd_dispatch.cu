@@ -1,9 +1,11 @@
-// Dispatch of the backward: compiled only with FLASH_ATTN_CUDA_BACKWARD=1.
+// Dispatch of the backward: compiled only with FLASH_ATTN_CUDA_BACKWARD=1. It declares the
+// instantiations (bwd_tile_config.h) and never includes a kernel body: each backward kernel is
+// compiled once, in its instantiations/bwd_*.cu (tests/test_build_objects_cpu.py checks).
 #include <algorithm>
 
 #include <cutlass/numeric_types.h>
 
-#include "bwd_launch.h"
+#include "bwd_tile_config.h"
 #include "flash_api.h"
 #include "instantiations/build_config.h"
 
