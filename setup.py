@@ -28,9 +28,10 @@ cfg = build_config.from_env(os.environ)
 # torch reads this when it adds arch flags itself; ours below take precedence, keep them in step.
 os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a // 10}.{a % 10}" for a in cfg.archs)
 
-directions = ("fwd", "bwd") if cfg.backward else ("fwd",)
+directions = build_config.directions(cfg)
 instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions)
 sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
+sources += ["csrc/binding_kvcache.cpp", "csrc/decode_dispatch.cu"] if cfg.kvcache else []
 sources += [os.path.relpath(p, ROOT) for p in instantiations]
 defines = build_config.compile_defines(cfg)
 
@@ -54,7 +55,7 @@ if os.environ.get("FLASH_ATTN_CUDA_PTXAS_VERBOSE"):
     nvcc_flags += ["-Xptxas", "-v"]
 
 print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
-      f"features={cfg.features} "
+      f"features={cfg.features} kvcache={cfg.kvcache} "
       f"cutlass={include_dirs[1]}", flush=True)
 
 setup(

@@ -43,6 +43,18 @@ int bwd_shared_memory_bytes(int headdim_rounded);
 // (varlen: num_dq_splits * nheads * varlen_scratch_rows * headdim_rounded).
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms);
 
+// KV-cache attention (only in builds with FLASH_ATTN_CUDA_KVCACHE=1; params.h, KvCacheParams):
+// appends the new keys/values (rotated) into the cache, attends, combines the splits, on `stream`.
+// The caller sets params.num_splits (kvcache_num_splits, or the user's count) and, when it is > 1,
+// allocates oaccum / lse_accum; with a rotary embedding, q_ptr is a (batch, seqlen_q, nheads, d)
+// buffer the rotated q is written to from q_in_ptr.
+cudaError_t run_kvcache(const KvCacheParams& params, cudaStream_t stream);
+bool kvcache_params_supported(const KvCacheParams& params);
+// Splits of the key axis that fill num_sms SMs (smem_per_sm bytes each), from static shapes only:
+// batch, heads, seqlen_q and the cache's capacity (params.seqlen_k).
+int kvcache_num_splits(const KvCacheParams& params, int num_sms, int smem_per_sm);
+int kvcache_shared_memory_bytes(int headdim_rounded);
+
 // Largest seqlen the int32 index arithmetic of the kernels admits.
 constexpr int kMaxSeqlen = (1 << 30);
 

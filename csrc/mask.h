@@ -34,9 +34,11 @@ template <int kBlockM, int kBlockN>
 struct KvBlockRange {
   int n_min, n_max;
 
-  CUTE_HOST_DEVICE KvBlockRange(VisibleKeys const& vk, int m_block) {
-    const int first_row = m_block * kBlockM;
-    const int last_row = min(vk.seqlen_q, first_row + kBlockM) - 1;
+  CUTE_HOST_DEVICE KvBlockRange(VisibleKeys const& vk, int m_block)
+      : KvBlockRange(vk, m_block * kBlockM, min(vk.seqlen_q, m_block * kBlockM + kBlockM) - 1) {}
+
+  // Queries first_row..last_row (the decode kernel's packed tiles hold a few tokens).
+  CUTE_HOST_DEVICE KvBlockRange(VisibleKeys const& vk, int first_row, int last_row) {
     n_max = (vk.seqlen_k + kBlockN - 1) / kBlockN;
     if (vk.window_right >= 0) {
       const int keys_end = last_row + vk.shift + vk.window_right + 1;  // exclusive
@@ -74,13 +76,14 @@ struct KvBlockRange {
 // Per row, the visible columns are an interval [lo, hi) relative to this thread's first column;
 // each element then costs one compare of a compile-time offset (keeping per-element
 // coordinates live across the main loop spilled registers).
+// row_div > 1: the decode kernel's packed rows, tile row r being query (row0 + r) / row_div.
 template <class AccEngine, class AccLayout, class CoordTensor>
 CUTE_DEVICE void apply_mask(Tensor<AccEngine, AccLayout>& acc_s, CoordTensor const& coords,
-                            VisibleKeys const& vk, int row0, int col0) {
+                            VisibleKeys const& vk, int row0, int col0, int row_div = 1) {
   const int col_base = col0 + get<1>(coords(0, 0));
   CUTE_UNROLL
   for (int r = 0; r < size<0>(acc_s); ++r) {
-    const int row = row0 + get<0>(coords(r, 0));
+    const int row = (row0 + get<0>(coords(r, 0))) / row_div;
     int hi = vk.seqlen_k;
     if (vk.window_right >= 0) { hi = min(hi, row + vk.shift + vk.window_right + 1); }
     const int lo = vk.window_left >= 0 ? row + vk.shift - vk.window_left : INT_MIN / 2;

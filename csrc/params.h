@@ -77,6 +77,55 @@ inline bool needs_mods(const FwdParams& p) {
   return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr;
 }
 
+// KV-cache attention (flash-attn's flash_attn_with_kvcache; decode_kernel.h): q attends to a cache
+// that new keys/values are first appended to, in place (kvcache_append.h). FwdParams' k/v fields
+// describe the cache:
+//   contiguous: (batch_cache, seqlen_cache, nheads_k, d), k/v_batch_stride between cache rows
+//   paged:      (num_pages, page_size, nheads_k, d), k/v_batch_stride between pages; sequence b's
+//               slot a lives in page block_table[b * block_table_batch_stride + a / page_size]
+// Sequence b sees cache slots [leftpad_b, cache_seqlens[b] + seqlen_new) (leftpad_b = 0 without
+// cache_leftpad): seqlen_k of the masks is their count; FwdParams.seqlen_k is the capacity.
+// Every index read from memory (lengths, pages, cache rows) is clamped so bad values give wrong
+// numbers, never accesses outside the tensors.
+// Queries are packed per K/V head: row r of (b, head_k) is token r / g of query head
+// head_k * g + r % g (g = nheads / nheads_k), so one thread block reads K/V once per group.
+// num_splits > 1: split s of the key range writes normalised partial outputs and LSEs
+//   oaccum:    (num_splits, batch, nheads, seqlen_q, headdim_rounded) float32
+//   lse_accum: (num_splits, batch, nheads, seqlen_q) float32 (-inf where a split saw no key)
+// and the combine kernel writes out and lse from them.
+struct KvCacheParams : FwdParams {
+  const int* cache_seqlens = nullptr;    // (batch,) tokens in each cache before this call's append
+  const int* cache_batch_idx = nullptr;  // (batch,) cache row of each batch element; null: b
+  const int* cache_leftpad = nullptr;    // (batch,) first valid slot; null: 0
+  const int* block_table = nullptr;      // (batch, max_pages) page indices; null: contiguous cache
+  int64_t block_table_batch_stride = 0;
+  int page_size = 0;     // paged only
+  int num_pages = 0;     // paged: pages in the cache; contiguous: batch_cache (rows)
+  int max_pages = 0;     // paged: block_table columns
+
+  // New keys/values (batch, seqlen_new, nheads_k, d), written into slots cache_seqlens[b] + i.
+  const void* __restrict__ knew_ptr = nullptr;
+  const void* __restrict__ vnew_ptr = nullptr;
+  int64_t knew_batch_stride = 0, knew_row_stride = 0, knew_head_stride = 0;
+  int64_t vnew_batch_stride = 0, vnew_row_stride = 0, vnew_head_stride = 0;
+  int seqlen_new = 0;
+
+  // Rotary embedding of the new keys and of q (into q_ptr, a (batch, seqlen_q, nheads, d) buffer,
+  // from q_in_ptr): cos/sin (seqlen_ro, rotary_dim / 2) in q's dtype; rotary_dim = 0: none.
+  const void* __restrict__ rotary_cos_ptr = nullptr;
+  const void* __restrict__ rotary_sin_ptr = nullptr;
+  int rotary_dim = 0;
+  int seqlen_ro = 0;
+  bool rotary_interleaved = true;  // GPT-J pairs (2i, 2i+1); false: GPT-NeoX halves (i, i + rotary_dim/2)
+  bool rotary_per_token = false;   // query token t at position cache_seqlens[b] + t (causal/local); else + 0
+  const void* __restrict__ q_in_ptr = nullptr;
+  int64_t q_in_batch_stride = 0, q_in_row_stride = 0, q_in_head_stride = 0;
+
+  int num_splits = 1;
+  float* __restrict__ oaccum_ptr = nullptr;
+  float* __restrict__ lse_accum_ptr = nullptr;
+};
+
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the
 // gradients, and float32 scratch the caller allocates, with rows padded to seqlen_q_rounded =
 // bwd_rows_rounded(seqlen_q) so the kernels index them without bounds checks:

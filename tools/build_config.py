@@ -7,6 +7,7 @@ setup.py before anything is built, and by the CPU tests).
     FLASH_ATTN_CUDA_BACKWARD  "1"          0: forward only (half the kernels; .backward() raises)
     FLASH_ATTN_CUDA_FEATURES  "1"          0: no window/softcap/ALiBi/varlen kernels (half the kernels;
                                            those options raise)
+    FLASH_ATTN_CUDA_KVCACHE   "1"          0: no KV-cache (decode) kernels; attention_with_kvcache raises
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job
 
 Lists accept ',' or ';' or spaces as separators.
@@ -35,6 +36,7 @@ class BuildConfig:
     dtypes: tuple[str, ...]
     backward: bool = False
     features: bool = True
+    kvcache: bool = True
 
 
 def _split(value: str) -> list[str]:
@@ -99,7 +101,13 @@ def from_env(env: Mapping[str, str]) -> BuildConfig:
         dtypes=parse_dtypes(env.get("FLASH_ATTN_CUDA_DTYPES")),
         backward=parse_bool("FLASH_ATTN_CUDA_BACKWARD", env.get("FLASH_ATTN_CUDA_BACKWARD"), True),
         features=parse_bool("FLASH_ATTN_CUDA_FEATURES", env.get("FLASH_ATTN_CUDA_FEATURES"), True),
+        kvcache=parse_bool("FLASH_ATTN_CUDA_KVCACHE", env.get("FLASH_ATTN_CUDA_KVCACHE"), True),
     )
+
+
+def directions(cfg: BuildConfig) -> tuple[str, ...]:
+    """Kernel families of instantiation files this build compiles (tools/gen_instantiations.py)."""
+    return ("fwd",) + (("bwd",) if cfg.backward else ()) + (("decode",) if cfg.kvcache else ())
 
 
 def compile_defines(cfg: BuildConfig) -> list[str]:

@@ -1,0 +1,308 @@
+// KV-cache attention (decode / speculative decode / chunked prefill over a cache), FA2 math with
+// the tiling of decode_traits.h. Grid (packed Q tile, split, batch * nheads_k):
+//   - GQA packing: the tile's 16 rows are (token, query head) pairs of one K/V head's group, so
+//     each K/V tile is read once per group (params.h, KvCacheParams).
+//   - Split-KV: split s of the tile's visible key blocks; its normalised O and LSE go to float32
+//     partials that splitkv_combine_kernel merges (num_splits == 1 writes out / lse directly).
+//   - Paged or contiguous cache, rows addressed one by one (any page size), ragged lengths read on
+//     the device (CUDA-graph safe: nothing about them comes from the host).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "decode_traits.h"
+#include "mask.h"
+#include "params.h"
+#include "score_mods.h"
+#include "softmax.h"
+#include "tensor_utils.h"
+
+namespace flash {
+
+using namespace cute;
+
+// Where sequence b's keys live: cache slots [leftpad, leftpad + seqlen_k), clamped into the cache.
+struct KvCacheSeq {
+  int seqlen_k;          // keys this sequence attends to (after the append)
+  int leftpad;           // first valid slot
+  int cache_row;         // contiguous cache: the row of this batch element
+  const int* pages;      // paged cache: this sequence's block_table row; null: contiguous
+
+  CUTE_DEVICE KvCacheSeq(KvCacheParams const& p, int b) {
+    const int capacity = p.seqlen_k;
+    leftpad = p.cache_leftpad != nullptr ? min(max(p.cache_leftpad[b], 0), capacity) : 0;
+    const int64_t end = int64_t(p.cache_seqlens[b]) + p.seqlen_new;
+    seqlen_k = int(min(max(end, int64_t(leftpad)), int64_t(capacity))) - leftpad;
+    cache_row = min(max(p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b, 0), p.num_pages - 1);
+    pages = p.block_table != nullptr ? p.block_table + b * p.block_table_batch_stride : nullptr;
+  }
+
+  // Element offset of slot a (0 <= a < capacity) in a cache with these batch (or page) and row strides.
+  CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int a, int64_t batch_stride, int64_t row_stride) const {
+    if (pages != nullptr) {
+      const int page = min(max(pages[a / p.page_size], 0), p.num_pages - 1);
+      return page * batch_stride + int64_t(a % p.page_size) * row_stride;
+    }
+    return cache_row * batch_stride + int64_t(a) * row_stride;
+  }
+};
+
+// 16-byte cp.async global -> shared; pred == false writes zeros and reads nothing.
+CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
+  SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>::copy(*static_cast<const uint128_t*>(gmem),
+                                                   *static_cast<uint128_t*>(smem), pred);
+}
+
+// S(r, c) -= slope(head of row r) * |token(r) + shift - key(c)|, ALiBi on packed rows: each row
+// has its own query head. acc_s, coords: rowcol views of this warp's S tile and its identity.
+template <class Acc, class Coords>
+CUTE_DEVICE void apply_alibi_packed(Acc& acc_s, Coords const& coords, KvCacheParams const& p, int batch,
+                                    int head_k, int row0, int group, int col0, int shift) {
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(acc_s); ++r) {
+    const int row = row0 + get<0>(coords(r, 0));
+    const float slope = alibi_slope_units(p, batch, head_k * group + row % group);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(acc_s); ++c) {
+      acc_s(r, c) -= slope * float(abs(row / group + shift - (col0 + get<1>(coords(r, c)))));
+    }
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_constant__ const KvCacheParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kNWarps = Traits::kNWarps;
+  constexpr int kWarpKeys = Traits::kWarpKeys;
+  constexpr int kChunks = kHeadDim / 8;  // 16-B chunks per row
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  const int m_block = blockIdx.x, split = blockIdx.y;
+  const int batch = blockIdx.z / params.nheads_k, head_k = blockIdx.z % params.nheads_k;
+  const int group = params.nheads / params.nheads_k;
+  const int row0 = m_block * kBlockM;                                   // first packed row of the tile
+  const int tile_rows = min(kBlockM, params.seqlen_q * group - row0);  // rows that exist
+  const KvCacheSeq seq(params, batch);
+  const VisibleKeys vk(params.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
+  const int token_first = row0 / group, token_last = (row0 + tile_rows - 1) / group;
+  const KvBlockRange<kBlockM, kBlockN> visible(vk, token_first, token_last);
+  // This split's share of the visible K/V blocks (of this sequence's real length).
+  const int per_split = (max(visible.n_max - visible.n_min, 0) + params.num_splits - 1) / params.num_splits;
+  const int n_begin = visible.n_min + split * per_split;
+  const int n_end = min(visible.n_max, n_begin + per_split);
+
+  // ---------------------------------------------------------------- SHARED MEMORY
+  extern __shared__ __align__(128) char smem[];
+  Element* q_smem = reinterpret_cast<Element*>(smem);                                    // (kBlockM, d)
+  char* stage_smem = smem + Traits::kSmemQElems * sizeof(Element);                      // kStages x (K, V)
+  float* stats = reinterpret_cast<float*>(stage_smem + kStages * Traits::kStageBytes);  // (2 warps + 1, kBlockM)
+  auto k_smem = [&](int stage) { return reinterpret_cast<Element*>(stage_smem + stage * Traits::kStageBytes); };
+  auto v_smem = [&](int stage) { return k_smem(stage) + Traits::kSmemKVElems; };
+
+  // ---------------------------------------------------------------- OUTPUT (this split's rows)
+  // value(r, c), lse_of(r): tile row r, column c. num_splits == 1: out and lse; else the partials.
+  auto store = [&](auto value, auto lse_of) {
+    for (int i = tid; i < tile_rows * kChunks; i += Traits::kNThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      if (c >= params.headdim) { continue; }
+      const int token = (row0 + r) / group, head = head_k * group + (row0 + r) % group;
+      float v[8];
+      CUTE_UNROLL
+      for (int j = 0; j < 8; ++j) { v[j] = value(r, c + j); }
+      if (params.num_splits == 1) {
+        Element* o = static_cast<Element*>(params.o_ptr) + batch * params.o_batch_stride +
+                     token * params.o_row_stride + head * params.o_head_stride + c;
+        cutlass::Array<Element, 8> packed;
+        CUTE_UNROLL
+        for (int j = 0; j < 8; ++j) { packed[j] = Element(v[j]); }
+        *reinterpret_cast<cutlass::Array<Element, 8>*>(o) = packed;
+      } else {
+        const int64_t row = ((int64_t(split) * params.batch + batch) * params.nheads + head) * params.seqlen_q + token;
+        float4* o = reinterpret_cast<float4*>(params.oaccum_ptr + row * params.headdim_rounded + c);
+        o[0] = make_float4(v[0], v[1], v[2], v[3]);
+        o[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    }
+    for (int r = tid; r < tile_rows; r += Traits::kNThreads) {
+      const int token = (row0 + r) / group, head = head_k * group + (row0 + r) % group;
+      const int64_t row = (int64_t(batch) * params.nheads + head) * params.seqlen_q + token;
+      if (params.num_splits == 1) {
+        params.lse_ptr[row] = lse_of(r);
+      } else {
+        params.lse_accum_ptr[int64_t(split) * params.batch * params.nheads * params.seqlen_q + row] = lse_of(r);
+      }
+    }
+  };
+  if (n_begin >= n_end) {  // no visible key in this split: O = 0, LSE = -inf
+    store([](int, int) { return 0.f; }, [](int) { return -INFINITY; });
+    return;
+  }
+
+  // ---------------------------------------------------------------- GLOBAL -> SHARED
+  // Q: packed row r is token (row0 + r) / group of query head head_k * group + (row0 + r) % group.
+  auto load_q = [&]() {
+    Tensor sQ = make_tensor(make_smem_ptr(q_smem), typename Traits::SmemLayoutQ{});  // (kBlockM, d)
+    for (int i = tid; i < kBlockM * kChunks; i += Traits::kNThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const bool ok = r < tile_rows && c < params.headdim;
+      const int token = (row0 + r) / group, head = head_k * group + (row0 + r) % group;
+      const int64_t off = ok ? batch * params.q_batch_stride + token * params.q_row_stride +
+                                   head * params.q_head_stride + c : 0;
+      cp_async_16(&sQ(r, c), static_cast<const Element*>(params.q_ptr) + off, ok);
+    }
+  };
+  // K/V block n into a stage: rows past the sequence (and columns past d) are zeros.
+  auto load_kv = [&](int n, int stage) {
+    Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+    Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+    static_assert(kBlockN * kChunks % Traits::kNThreads == 0);
+    CUTE_UNROLL
+    for (int it = 0; it < kBlockN * kChunks / Traits::kNThreads; ++it) {
+      const int i = tid + it * Traits::kNThreads;
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const int key = n * kBlockN + r;
+      const bool ok = key < seq.seqlen_k && c < params.headdim;
+      int64_t k_off = 0, v_off = 0;
+      if (ok) {
+        const int slot = seq.leftpad + key;
+        k_off = seq.slot_offset(params, slot, params.k_batch_stride, params.k_row_stride) +
+                head_k * params.k_head_stride + c;
+        v_off = seq.slot_offset(params, slot, params.v_batch_stride, params.v_row_stride) +
+                head_k * params.v_head_stride + c;
+      }
+      cp_async_16(&sK(r, c), static_cast<const Element*>(params.k_ptr) + k_off, ok);
+      cp_async_16(&sV(r, c), static_cast<const Element*>(params.v_ptr) + v_off, ok);
+    }
+  };
+
+  // ---------------------------------------------------------------- MMA PARTITIONS (per warp)
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(lane);
+  // This warp's keys of a stage: K rows [warp * kWarpKeys, +kWarpKeys), and V^T's columns.
+  auto warp_k = [&](int stage) {
+    return local_tile(make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{}),
+                      Shape<Int<kWarpKeys>, Int<kHeadDim>>{}, make_coord(warp, 0));    // (kWarpKeys, d)
+  };
+  auto warp_vt = [&](int stage) {
+    return local_tile(make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutVt{}),
+                      Shape<Int<kHeadDim>, Int<kWarpKeys>>{}, make_coord(0, warp));    // (d, kWarpKeys)
+  };
+  Tensor sQ = make_tensor(make_smem_ptr(q_smem), typename Traits::SmemLayoutQ{});        // (kBlockM, d)
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);                                        // (MMA, 1, d/16)
+  Tensor tSrK = thr_mma.partition_fragment_B(warp_k(0));                                 // (MMA, kWarpKeys/8, d/16)
+  Tensor tOrVt = thr_mma.partition_fragment_B(warp_vt(0));                               // (MMA, d/8, kWarpKeys/16)
+  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, 1, d/8) fp32
+  Tensor acc_o_rc = make_tensor(acc_o.data(), rowcol_view(acc_o.layout()));              // (rows, d)
+  clear(acc_o);
+  auto smem_copy_Q = make_tiled_copy_A(typename Traits::Fwd::SmemCopyAtom{}, tiled_mma);
+  auto smem_copy_K = make_tiled_copy_B(typename Traits::Fwd::SmemCopyAtom{}, tiled_mma);
+  auto smem_copy_V = make_tiled_copy_B(typename Traits::Fwd::SmemCopyAtomTransposed{}, tiled_mma);
+  auto smem_thr_K = smem_copy_K.get_thread_slice(lane);
+  auto smem_thr_V = smem_copy_V.get_thread_slice(lane);
+  // Tile-local (row, key-in-warp) of each S element.
+  Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kWarpKeys>>{}));  // (MMA, 1, kWarpKeys/8)
+  Tensor tScS_rc = make_tensor(tScS.data(), rowcol_view(tScS.layout()));                         // (rows, kWarpKeys)
+  constexpr int kRowsPerThread = decltype(size<0>(acc_o_rc))::value;
+  OnlineSoftmax<kRowsPerThread> softmax;
+
+  // A block needs the element mask when it crosses the sequence end or a window edge.
+  auto needs_mask = [&](int n) {
+    const int first_key = n * kBlockN, last_key = first_key + kBlockN - 1;
+    return last_key >= vk.seqlen_k || (vk.window_right >= 0 && last_key > token_first + vk.shift + vk.window_right) ||
+           (vk.window_left >= 0 && first_key < token_last + vk.shift - vk.window_left);
+  };
+
+  // ---------------------------------------------------------------- PROLOGUE
+  load_q();  // in the first commit group, with block n_begin
+  CUTE_UNROLL
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (n_begin + s < n_end) { load_kv(n_begin + s, s); }
+    cp_async_fence();
+  }
+
+  // ---------------------------------------------------------------- MAIN LOOP
+  // Block n sits in stage (n - n_begin) % kStages; kStages - 1 blocks are in flight while it is used.
+  CUTE_NO_UNROLL
+  for (int n = n_begin; n < n_end; ++n) {
+    const int i = n - n_begin, stage = i % kStages;
+    cp_async_wait<kStages - 2>();  // block n (and Q) landed for this thread ...
+    __syncthreads();               // ... and every thread; every warp is done with block n - 1's stage
+    if (n + kStages - 1 < n_end) { load_kv(n + kStages - 1, (i + kStages - 1) % kStages); }
+    cp_async_fence();
+    if (i == 0) { copy(smem_copy_Q, smem_copy_Q.get_thread_slice(lane).partition_S(sQ),
+                       smem_copy_Q.get_thread_slice(lane).retile_D(tSrQ)); }  // Q stays in registers
+
+    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kWarpKeys>>{});  // (MMA, 1, kWarpKeys/8)
+    Tensor acc_s_rc = make_tensor(acc_s.data(), rowcol_view(acc_s.layout()));               // (rows, kWarpKeys)
+    clear(acc_s);
+    gemm_rs(acc_s, tSrQ, tSrK, smem_thr_K.partition_S(warp_k(stage)), tiled_mma, smem_copy_K);  // S = Q K^T
+    const int key0 = n * kBlockN + warp * kWarpKeys;
+    apply_softcap(acc_s, params);
+    if (params.alibi_slopes_ptr != nullptr) {
+      apply_alibi_packed(acc_s_rc, tScS_rc, params, batch, head_k, row0, group, key0, vk.shift);
+    }
+    if (needs_mask(n)) { apply_mask(acc_s_rc, tScS_rc, vk, row0, key0, group); }
+    softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);
+    Tensor rP = convert_type<Element>(acc_s);                                 // (MMA, 1, kWarpKeys/8)
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));      // (MMA, 1, kWarpKeys/16)
+    gemm_rs(acc_o, tOrP, tOrVt, smem_thr_V.partition_S(warp_vt(stage)), tiled_mma, smem_copy_V);  // O += P V
+  }
+
+  // ---------------------------------------------------------------- MERGE THE WARPS
+  // Each warp holds (max, sum, O) of its keys for every row; rescale to the common max, sum.
+  float* warp_max = stats;                         // (kNWarps, kBlockM)
+  float* warp_sum = stats + kNWarps * kBlockM;     // (kNWarps, kBlockM)
+  float* row_lse = stats + 2 * kNWarps * kBlockM;  // (kBlockM)
+  cp_async_wait<0>();
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const float l = quad_sum(softmax.row_sum(r));
+    if (lane % 4 == 0) {
+      const int row = get<0>(tScS_rc(r, 0));
+      warp_max[warp * kBlockM + row] = softmax.row_max(r);
+      warp_sum[warp * kBlockM + row] = l;
+    }
+  }
+  __syncthreads();  // stats visible; every warp is past its last read of the stages
+  const float unit = score_unit(params);
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int row = get<0>(tScS_rc(r, 0));
+    float m = -INFINITY;
+    CUTE_UNROLL
+    for (int w = 0; w < kNWarps; ++w) { m = fmaxf(m, warp_max[w * kBlockM + row]); }
+    float l = 0.f;
+    CUTE_UNROLL
+    for (int w = 0; w < kNWarps; ++w) {
+      const float mw = warp_max[w * kBlockM + row];
+      l += mw == -INFINITY ? 0.f : warp_sum[w * kBlockM + row] * exp2f((mw - m) * params.scale_log2);
+    }
+    const float mine = softmax.row_max(r);
+    const float factor = (l == 0.f || mine == -INFINITY) ? 0.f : exp2f((mine - m) * params.scale_log2) / l;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(acc_o_rc); ++c) { acc_o_rc(r, c) *= factor; }
+    if (warp == 0 && lane % 4 == 0) { row_lse[row] = l == 0.f ? -INFINITY : m * unit + logf(l); }
+  }
+  // Partial O of every warp -> shared (the stages are free), then summed per element.
+  float* merge = reinterpret_cast<float*>(stage_smem);  // (kNWarps, kBlockM, d)
+  Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (MMA, 1, d/8)
+  CUTE_UNROLL
+  for (int e = 0; e < size(acc_o); ++e) {
+    merge[(warp * kBlockM + get<0>(tOcO(e))) * kHeadDim + get<1>(tOcO(e))] = acc_o(e);
+  }
+  __syncthreads();
+  store(
+      [&](int r, int c) {
+        float v = 0.f;
+        CUTE_UNROLL
+        for (int w = 0; w < kNWarps; ++w) { v += merge[(w * kBlockM + r) * kHeadDim + c]; }
+        return v;
+      },
+      [&](int r) { return row_lse[r]; });
+}
+
+}  // namespace flash

@@ -1,0 +1,52 @@
+// Launch templates of the KV-cache path: the decode kernel per (element type, head dim), and the
+// append/rotary and split-KV combine kernels per element type. The dispatch (decode_dispatch.cu)
+// runs them in stream order: append -> decode -> combine.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "decode_kernel.h"
+#include "decode_traits.h"
+#include "kvcache_append.h"
+#include "params.h"
+#include "splitkv_combine.h"
+
+namespace flash {
+
+template <typename Traits>
+cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
+  auto kernel = &decode_kernel<Traits>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if constexpr (kSmem >= 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) { return err; }
+  }
+  const int rows = params.seqlen_q * (params.nheads / params.nheads_k);  // packed query rows per K/V head
+  const dim3 grid((rows + Traits::kBlockM - 1) / Traits::kBlockM, params.num_splits, params.batch * params.nheads_k);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
+  return cudaGetLastError();
+}
+
+// Instantiated in instantiations/decode_hdim*_*.cu.
+template <typename Element, int kHeadDim>
+cudaError_t run_decode_(const KvCacheParams& params, cudaStream_t stream) {
+  return launch_decode<DecodeTraits<kHeadDim, Element>>(params, stream);
+}
+
+// Instantiated in instantiations/kvcache_*.cu (one per element type).
+template <typename Element>
+cudaError_t run_kvcache_append_(const KvCacheParams& params, cudaStream_t stream) {
+  const int64_t threads = kvcache_append_rows(params) * (params.headdim / 8);
+  if (threads == 0) { return cudaSuccess; }
+  kvcache_append_kernel<Element><<<dim3((threads + kAppendThreads - 1) / kAppendThreads), kAppendThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element>
+cudaError_t run_splitkv_combine_(const KvCacheParams& params, cudaStream_t stream) {
+  const int64_t rows = int64_t(params.batch) * params.nheads * params.seqlen_q;
+  splitkv_combine_kernel<Element><<<dim3((rows + kCombineWarps - 1) / kCombineWarps), 32 * kCombineWarps, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash
