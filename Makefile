@@ -14,11 +14,13 @@ install:            ## build the extension in place and install the package (edi
 test:               ## CPU tests always; GPU tests when a GPU is present (skipped otherwise)
 	$(PYTHON) -m pytest tests -q
 
-bench:              ## fwd, bwd, fwd+bwd vs SDPA backends on the FA2-paper grid (needs a GPU) -> benchmarks/results/h200*
-	$(PYTHON) -m flash_attn_cuda.bench --out benchmarks/results --prefix h200
+# Result files are named after the GPU that ran them (flash_attn_cuda.bench.gpu_slug: NVIDIA H200 -> h200,
+# NVIDIA A100-SXM4-80GB -> a100_sxm4_80gb), so only an H200 writes benchmarks/results/h200_*.
+bench:              ## fwd, bwd, fwd+bwd vs SDPA backends on the FA2-paper grid (needs a GPU) -> benchmarks/results/<gpu>*
+	$(PYTHON) -m flash_attn_cuda.bench --out benchmarks/results
 
-bench-features:     ## GQA (32 q / 8 K/V heads) and varlen vs SDPA (needs a GPU) -> benchmarks/results/h200_{gqa,varlen}.csv, h200_features.md
-	$(PYTHON) -m flash_attn_cuda.bench_features --out benchmarks/results --prefix h200
+bench-features:     ## GQA (32 q / 8 K/V heads) and varlen vs SDPA (needs a GPU) -> benchmarks/results/<gpu>_{gqa,varlen}.csv, <gpu>_features.md
+	$(PYTHON) -m flash_attn_cuda.bench_features --out benchmarks/results
 
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)
