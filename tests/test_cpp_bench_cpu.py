@@ -123,7 +123,7 @@ def test_check_matrix_needs_bench_fwd(tmp_path):
     assert "make bench-cpp" in result.stderr
 
 
-def test_check_matrix_counts_uncompiled_cases_as_skipped():
+def test_check_matrix_counts_uncompiled_cases_as_skipped(tmp_path):
     bench = BUILD / "bench_fwd"
     if not bench.exists():
         pytest.skip("build/cpp/bench_fwd not built (make bench-cpp)")
@@ -131,9 +131,70 @@ def test_check_matrix_counts_uncompiled_cases_as_skipped():
     missing = [t for t in ALL_DTYPES if t not in dtypes]
     if not missing:
         pytest.skip("this build compiled every dtype")
-    env = {"PATH": "/usr/bin:/bin", "HDIMS": str(hdims[0]), "DTYPES": missing[0], "SEQLENS": "1000:1337"}
+    env = {"PATH": "/usr/bin:/bin", "HDIMS": str(hdims[0]), "DTYPES": missing[0], "SEQLENS": "1000:1337",
+           "NVIDIA_SMI": str(_stand_in(tmp_path, "nvidia-smi", "echo 'GPU 0: stand-in'"))}  # exit 3 comes first
     result = subprocess.run(["bash", str(CHECK_MATRIX)], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == f"0 passed, 0 failed, {len(lines) - 1} skipped"
     assert all(line.startswith("skip ") for line in lines[:-1])
+
+
+def _stand_in(directory, name, body):
+    """An executable shell script directory/name running body."""
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _check_matrix_on_stand_ins(tmp_path, env):
+    """check_matrix.sh on a build dir of stand-in bench_fwd / bench_bwd that log each run and pass."""
+    build = tmp_path / "build"
+    build.mkdir()
+    for name in ("bench_fwd", "bench_bwd"):
+        _stand_in(build, name, f'echo {name} >> "{tmp_path}/runs"; echo ok')
+    env = {"PATH": "/usr/bin:/bin", "HDIMS": "64", "DTYPES": "bf16", "SEQLENS": "1000:1337", **env}
+    result = subprocess.run(["bash", str(CHECK_MATRIX), str(build)], capture_output=True, text=True, timeout=60,
+                            env=env)
+    runs = (tmp_path / "runs").read_text().split() if (tmp_path / "runs").exists() else []
+    return result, runs
+
+
+NO_GPU = {  # how nvidia-smi says there is no GPU -> what check_matrix says
+    "missing": ("", "nvidia-smi not found"),
+    "no driver": ("echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9",
+                  "-L failed: NVIDIA-SMI has failed"),
+    "no devices": ("echo 'No devices were found'", "-L lists no GPU"),
+    "hidden": ("echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'", "CUDA_VISIBLE_DEVICES='' hides every GPU"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_GPU))
+def test_check_matrix_without_gpu_says_so_once(tmp_path, case):
+    body, reason = NO_GPU[case]
+    smi = _stand_in(tmp_path, "smi", body) if body else tmp_path / "nvidia-smi"  # missing: a path that is not there
+    env = {"NVIDIA_SMI": str(smi), **({"CUDA_VISIBLE_DEVICES": ""} if case == "hidden" else {})}
+    result, runs = _check_matrix_on_stand_ins(tmp_path, env)
+    assert result.returncode == 2
+    assert result.stdout == "" and not runs  # no case ran
+    [line] = result.stderr.splitlines()
+    assert line.startswith("check_matrix: no CUDA GPU visible (") and reason in line
+
+
+def test_check_matrix_on_this_machine_without_gpu(tmp_path):
+    """The real nvidia-smi (absent, or failing without a driver) on a machine with no GPU."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result, runs = _check_matrix_on_stand_ins(tmp_path, {})
+    assert result.returncode == 2 and result.stdout == "" and not runs
+    [line] = result.stderr.splitlines()
+    assert line.startswith("check_matrix: no CUDA GPU visible (")
+
+
+def test_check_matrix_runs_the_cases_when_nvidia_smi_lists_a_gpu(tmp_path):
+    smi = _stand_in(tmp_path, "smi", "echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'")
+    result, runs = _check_matrix_on_stand_ins(tmp_path, {"NVIDIA_SMI": str(smi)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "5 passed, 0 failed, 0 skipped"  # fwd, bwd x causal 0/1 + deterministic
+    assert runs == ["bench_fwd", "bench_bwd"] * 2 + ["bench_bwd"]
