@@ -5,7 +5,9 @@ with FLASH_ATTN_CUDA_BACKWARD=0).
 
 Exit codes (benchmarks/cpp/bench_common.h): 0 ok, 1 mismatch, 2 bad arguments / no GPU / CUDA
 error, 3 head dim or dtype not compiled into this build."""
+import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -198,3 +200,65 @@ def test_check_matrix_runs_the_cases_when_nvidia_smi_lists_a_gpu(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "5 passed, 0 failed, 0 skipped"  # fwd, bwd x causal 0/1 + deterministic
     assert runs == ["bench_fwd", "bench_bwd"] * 2 + ["bench_bwd"]
+
+
+# ---- make bench-cpp rebuilds when build flags change (make -t / make -n, no compiler) ----------
+
+ROOT = BUILD.parent.parent
+FAKE_NVCC = "nvcc-not-run"  # dry runs and make -t run no compile line
+
+
+def _make_tree(tmp_path):
+    """What the C++ benchmark build reads (Makefile, tools/, third_party/, csrc/, benchmarks/cpp/), copied
+    without generated instantiations, and a stand-in CUTLASS_DIR."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "csrc", tree / "csrc", ignore=shutil.ignore_patterns("instantiations"))
+    for d in ("tools", "third_party", "benchmarks/cpp"):
+        shutil.copytree(ROOT / d, tree / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "Makefile", tree)
+    for cutlass in ("cutlass", "cutlass2"):
+        (tmp_path / cutlass / "include" / "cute").mkdir(parents=True)
+        (tmp_path / cutlass / "include" / "cute" / "tensor.hpp").touch()
+    return tree
+
+
+def _env(tmp_path, **flags):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLASH_ATTN_CUDA_", "MAKE")) and k not in ("MFLAGS", "CUTLASS_DIR", "NVCC", "BUILD")}
+    env.update(CUTLASS_DIR=str(tmp_path / "cutlass"), NVCC=FAKE_NVCC, FLASH_ATTN_CUDA_ARCHS="90",
+               FLASH_ATTN_CUDA_HDIMS="64", FLASH_ATTN_CUDA_DTYPES="bf16")
+    env.update(flags)
+    return env
+
+
+def _make(tree, env, mode):
+    """make MODE build/cpp/bench_fwd in tree; its planned compile lines (make -n) or what it touched (-t)."""
+    result = subprocess.run(["make", "--no-print-directory", mode, "build/cpp/bench_fwd"], cwd=tree, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [line for line in result.stdout.splitlines() if line.startswith((FAKE_NVCC, "touch"))]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_bench_cpp_rebuilds_when_build_flags_change(tmp_path):
+    tree = _make_tree(tmp_path)
+    base = _env(tmp_path)
+    subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=base, check=True, capture_output=True)
+    (tree / "build" / "cpp" / "instantiations").mkdir(parents=True)  # make -t touches, it does not mkdir
+
+    # a finished build with the base flags, without compiling: make -t touches every target
+    assert len(_make(tree, base, "-t")) == 3  # fwd_dispatch.o, fwd_hdim64_bf16.o, bench_fwd
+    stamp = tree / "build" / "cpp" / "flags.stamp"
+    text, mtime = stamp.read_text(), stamp.stat().st_mtime_ns
+    assert f"{FAKE_NVCC} -O3" in text and "-gencode=arch=compute_90,code=sm_90" in text
+    assert "-DFLASH_ATTN_CUDA_BACKWARD" in text and "csrc/instantiations/fwd_hdim64_bf16.cu" in text
+    # same flags: nothing to compile, and the stamp is left alone
+    assert _make(tree, base, "-n") == [] and _make(tree, base, "-t") == []
+    assert stamp.stat().st_mtime_ns == mtime
+    # gencode, -D flags (FLASH_ATTN_CUDA_BACKWARD works the same way), include path
+    for change in ({"FLASH_ATTN_CUDA_ARCHS": "80"}, {"FLASH_ATTN_CUDA_FEATURES": "0"},
+                   {"CUTLASS_DIR": str(tmp_path / "cutlass2")}):
+        planned = _make(tree, _env(tmp_path, **change), "-n")
+        assert len(planned) == 3, (change, planned)  # both objects recompiled and bench_fwd relinked
+        assert stamp.read_text() != text  # (make -n rewrote it: the '+' line runs in dry runs)
+        assert len(_make(tree, base, "-t")) == 3 and stamp.read_text() == text  # back to the base build
