@@ -26,7 +26,7 @@ bench-features:     ## GQA (32 q / 8 K/V heads) and varlen vs SDPA (needs a GPU)
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)
 ifeq ($(CUTLASS_INC),)
   ifneq ($(filter bench-cpp $(BUILD)/%,$(MAKECMDGOALS)),)
-    $(error CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0 or set CUTLASS_DIR)
+    $(error CUTLASS headers not found: pip install --no-deps nvidia-cutlass==4.2.0.0 or set CUTLASS_DIR)
   endif
 endif
 GENCODE = $(shell $(PYTHON) -c "import sys, os; sys.path.insert(0, 'tools'); import build_config as b; \
