@@ -2,7 +2,8 @@
 
 Build flags (environment; see tools/build_config.py and README "Build flags"):
   FLASH_ATTN_CUDA_ARCHS="80;90"  FLASH_ATTN_CUDA_HDIMS=all  FLASH_ATTN_CUDA_DTYPES=fp16,bf16
-  MAX_JOBS (parallel nvcc jobs), NVCC_THREADS (threads per nvcc), CUTLASS_DIR (CUTLASS checkout)
+  MAX_JOBS (parallel nvcc jobs; unset: one per core and per 5 GiB of available memory),
+  NVCC_THREADS (threads per nvcc), CUTLASS_DIR (CUTLASS checkout)
 """
 import os
 import pathlib
@@ -54,6 +55,17 @@ if os.environ.get("NVCC_THREADS"):
 if os.environ.get("FLASH_ATTN_CUDA_PTXAS_VERBOSE"):
     nvcc_flags += ["-Xptxas", "-v"]
 
+# Parallel nvcc jobs: torch's BuildExtension reads MAX_JOBS (unset, ninja runs cores + 2 jobs, and one
+# backward instantiation's front end takes up to ~4.5 GB: many cores with little memory run out of it).
+try:
+    meminfo = pathlib.Path("/proc/meminfo").read_text()
+except OSError:
+    meminfo = ""
+nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+os.environ["MAX_JOBS"], jobs_why = build_config.max_jobs(os.environ.get("MAX_JOBS"), nproc,
+                                                         build_config.mem_available_bytes(meminfo))
+print(f"flash_attn_cuda build: {jobs_why}", flush=True)
+
 print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
       f"features={cfg.features} kvcache={cfg.kvcache} "
       f"cutlass={include_dirs[1]}", flush=True)
@@ -61,7 +73,7 @@ print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtype
 setup(
     name="flash_attn_cuda",
     version="0.1.0",
-    description="FlashAttention-2 forward kernels in CUTLASS/CuTe as a PyTorch extension",
+    description="FlashAttention-2 forward and backward kernels in CUTLASS/CuTe as a PyTorch extension",
     packages=find_packages(include=["flash_attn_cuda", "flash_attn_cuda.*"]),
     ext_modules=[
         CUDAExtension(

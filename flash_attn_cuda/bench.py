@@ -1,10 +1,10 @@
 """Benchmark flash_attn_cuda against PyTorch SDPA's backends in one run: forward, backward and
 fwd+bwd TFLOP/s on a grid, or the peak memory of one fwd+bwd.
 
-    python -m flash_attn_cuda.bench --out benchmarks/results --prefix h200   # FA2-paper grid, fwd and bwd
+    python -m flash_attn_cuda.bench --out benchmarks/results   # FA2-paper grid, fwd and bwd (H200: h200_*)
     python -m flash_attn_cuda.bench --directions fwd --hdims 128 --seqlens 4096 --causal 1
     python -m flash_attn_cuda.bench --directions fwd --csv out.csv --plot out.png --md out.md
-    python -m flash_attn_cuda.bench --memory --out benchmarks/results --prefix h200_memory
+    python -m flash_attn_cuda.bench --memory --out benchmarks/results   # H200: h200_memory.md
     python -m flash_attn_cuda.bench --replot r_fwd.csv r_bwd.csv --out plots --prefix r  # no GPU
 
 Grid (FA2 paper): batch * seqlen = 16k tokens, hidden = nheads * headdim = 2048, head dims
@@ -18,6 +18,9 @@ autograd.grad of a graph kept from one forward) and forward + backward (fwdbwd_m
 Files: --out DIR --prefix NAME writes DIR/NAME_fwd.csv, DIR/NAME_bwd.csv, DIR/NAME.md (run header
 and one table per direction: forward, backward, fwd+bwd) and DIR/NAME_fwd.png, DIR/NAME_bwd.png,
 DIR/NAME_fwdbwd.png, for the directions run. --csv/--md/--plot write the forward's files alone.
+NAME defaults to the GPU's name as a slug (gpu_slug: 'NVIDIA H200' -> h200, 'NVIDIA A100-SXM4-80GB'
+-> a100_sxm4_80gb), so a run on one GPU never overwrites another GPU's files; --memory appends
+_memory to it, --replot (no GPU) uses 'results'.
 
 --memory: instead of the grid, the peak GPU memory of one fwd+bwd of flash_attn_cuda and of
 sdpa_flash (batch 1, 16 heads; seqlen 16384, head dim 128, non-causal unless the first value of
@@ -35,6 +38,7 @@ import dataclasses
 import datetime
 import math
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -448,6 +452,18 @@ def write_outputs(report: Report, files: Outputs) -> None:
         plot(report.results[direction], report.impls, path, report.plot_title(metric), metric)
 
 
+# Vendor and brand words left out of file names: 'NVIDIA GeForce RTX 4090' -> 'rtx_4090'.
+_GPU_NAME_NOISE = ("nvidia", "geforce", "tesla")
+
+
+def gpu_slug(name: str) -> str:
+    """A file-name prefix from a GPU's name (torch.cuda.get_device_name): lower case, vendor words
+    dropped, the rest joined by '_'. 'NVIDIA H200' -> 'h200', 'NVIDIA A100-SXM4-80GB' ->
+    'a100_sxm4_80gb', 'NVIDIA GeForce RTX 4090' -> 'rtx_4090'; 'gpu' if nothing is left."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in _GPU_NAME_NOISE]
+    return "_".join(words) or "gpu"
+
+
 @dataclasses.dataclass
 class RunInfo:
     """A run's command line, date, torch version, GPU and dtype, for md headers and plot titles."""
@@ -501,7 +517,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=16384, help="batch * seqlen (default 16k)")
     p.add_argument("--hidden", type=int, default=2048, help="nheads * headdim (default 2048)")
     p.add_argument("--out", metavar="DIR", help="write NAME_fwd.csv, NAME_bwd.csv, NAME.md, NAME_*.png here")
-    p.add_argument("--prefix", metavar="NAME", default="results", help="file name prefix for --out (default results)")
+    p.add_argument("--prefix", metavar="NAME",
+                   help="file name prefix for --out (default: the GPU's name, e.g. h200; --memory: h200_memory; "
+                        "--replot: results)")
     p.add_argument("--csv", help="write the forward rows here")
     p.add_argument("--md", help="write the forward summary table (markdown) here")
     p.add_argument("--plot", help="write a PNG plot of the forward here")
@@ -558,7 +576,7 @@ def replot(args: argparse.Namespace) -> int:
     files = [Outputs(directions, md=args.md, png={METRICS[directions[0]][0]: args.plot} if args.plot else {})]
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        files.append(dataclasses.replace(out_files(args.out, args.prefix, directions), csv={}))
+        files.append(dataclasses.replace(out_files(args.out, args.prefix or "results", directions), csv={}))
     for f in files:
         write_outputs(report, f)
     return 0
@@ -616,6 +634,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("flash_attn_cuda.bench: no CUDA GPU found; the benchmark needs one.", file=sys.stderr)
         return 2
     info = RunInfo.current(argv, args.dtype)
+    if args.prefix is None:  # files named after the GPU that measured them
+        args.prefix = gpu_slug(info.gpu) + ("_memory" if args.memory else "")
     return run_memory(args, info) if args.memory else run_grid(args, info)
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark grouped-query attention (GQA) and packed variable-length (varlen) batches against
 PyTorch SDPA's backends: forward and fwd+bwd TFLOP/s, timed as flash_attn_cuda.bench times.
 
-    python -m flash_attn_cuda.bench_features --out benchmarks/results --prefix h200
+    python -m flash_attn_cuda.bench_features --out benchmarks/results   # H200: h200_{gqa,varlen}.csv, h200_features.md
     python -m flash_attn_cuda.bench_features --benches gqa --seqlens 4096 --causal 1 --directions fwd
     python -m flash_attn_cuda.bench_features --benches varlen --varlen-maxlens 2048 --varlen-batch 32
 
@@ -30,6 +30,7 @@ eps(dtype) * max |reference|, else the row is dropped with a message and the exi
 Rows a backend cannot run (no kernel, OOM) say why under 'error'; they do not fail the run.
 
 Files: --out DIR --prefix NAME writes DIR/NAME_gqa.csv, DIR/NAME_varlen.csv, DIR/NAME_features.md.
+NAME defaults to the GPU's name as a slug (flash_attn_cuda.bench.gpu_slug: 'NVIDIA H200' -> h200).
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from .bench import (DTYPES, FLOP_FACTORS, IMPLS, Row, RunInfo, _directions, _first_line, _int_list, _progress,
-                    attention_fn, attention_flops, make_bwd, make_fwd, n_input_sets, random_inputs, sdpa_fn,
-                    time_cuda, write_csv)
+                    attention_fn, attention_flops, gpu_slug, make_bwd, make_fwd, n_input_sets, random_inputs,
+                    sdpa_fn, time_cuda, write_csv)
 
 PROG = "python -m flash_attn_cuda.bench_features"
 BENCHES = ("gqa", "varlen")
@@ -357,7 +358,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--varlen-nheads", type=int, default=16)
     p.add_argument("--seed", type=int, default=0, help="varlen lengths seed")
     p.add_argument("--out", metavar="DIR", help="write NAME_gqa.csv, NAME_varlen.csv, NAME_features.md here")
-    p.add_argument("--prefix", metavar="NAME", default="results", help="file name prefix for --out (default results)")
+    p.add_argument("--prefix", metavar="NAME", help="file name prefix for --out (default: the GPU's name, e.g. h200)")
     args = p.parse_args(argv)
     benches = [b for b in args.benches.split(",") if b]
     if not benches or any(b not in BENCHES for b in benches):
@@ -401,6 +402,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for causal, max_seqlen in _progress(list(itertools.product(args.causals, args.varlen_maxlens)), "varlen"):
             varlen += varlen_rows(args, causal, max_seqlen, why_not is None)
     info = RunInfo.current(argv, args.dtype, PROG)
+    prefix = args.prefix or gpu_slug(info.gpu)  # files named after the GPU that measured them
     report = f"{info.md_header('flash_attn_cuda GQA and varlen vs PyTorch SDPA backends')}\n" \
              f"{features_md(args, gqa, varlen, varlen_note)}"
     print(f"\n{report}")
@@ -408,8 +410,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.makedirs(args.out, exist_ok=True)
         for name, rows, columns in (("gqa", gqa, GQA_COLUMNS), ("varlen", varlen, VARLEN_COLUMNS)):
             if rows:
-                write_csv(os.path.join(args.out, f"{args.prefix}_{name}.csv"), rows, columns)
-        with open(os.path.join(args.out, f"{args.prefix}_features.md"), "w") as f:
+                write_csv(os.path.join(args.out, f"{prefix}_{name}.csv"), rows, columns)
+        with open(os.path.join(args.out, f"{prefix}_features.md"), "w") as f:
             f.write(report)
     return 1 if any(r.get("error", "").startswith("mismatch") for r in gqa + varlen) else 0
 

@@ -2,9 +2,10 @@
 # On the GPU host: build for sm_90 with all cores, run the tests, run the benchmark (forward,
 # backward, fwd+bwd vs SDPA, and the fwd+bwd peak memory), optionally the C++ --check matrix and
 # tile sweeps. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
-#   summary.txt build.log tests.log bench.log results.tar.gz (h200_*.csv/md/png) check.log tune.log
+#   summary.txt build.log tests.log bench.log results.tar.gz (<gpu>_*.csv/md/png) check.log tune.log
 #   tune_bwd.log. FEATURES_BENCH=1 adds no file: its log is appended to bench.log and its
-#   h200_gqa.csv, h200_varlen.csv, h200_features.md go into results.tar.gz.
+#   <gpu>_gqa.csv, <gpu>_varlen.csv, <gpu>_features.md go into results.tar.gz. <gpu> is the GPU's
+#   name as the benchmarks write it (flash_attn_cuda.bench.gpu_slug): h200 on the H200.
 # Needs the nvidia-cutlass wheel in .whl/ (no package registry there) unless CUTLASS_DIR is set.
 #
 #   scripts/gpu_check.sh                         build + tests + benchmark
@@ -78,13 +79,13 @@ results=/tmp/gpu_check_results
 rm -rf "$results" && mkdir -p "$results"
 if [ -z "${SKIP_BENCH:-}" ]; then
   log "benchmark: ${BENCH_ARGS:-FA2-paper grid}"
-  python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --out "$results" --prefix h200 > "$OUT/bench.log" 2>&1
+  python3 -m flash_attn_cuda.bench ${BENCH_ARGS:-} --out "$results" > "$OUT/bench.log" 2>&1
   brc=$?
   log "bench rc=$brc"
   [ $brc -eq 0 ] || status=1
   grep -E "^(\||#)" "$OUT/bench.log"
   if [ -z "${SKIP_MEMORY:-}" ]; then
-    python3 -m flash_attn_cuda.bench --memory --out "$results" --prefix h200_memory >> "$OUT/bench.log" 2>&1 \
+    python3 -m flash_attn_cuda.bench --memory --out "$results" >> "$OUT/bench.log" 2>&1 \
       || status=1
     tail -8 "$OUT/bench.log"
   fi
@@ -93,11 +94,11 @@ fi
 if [ -n "${FEATURES_BENCH:-}" ]; then
   log "features benchmark (GQA, varlen): ${FEATURES_ARGS:-defaults}"
   echo "== python -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-}" >> "$OUT/bench.log"
-  python3 -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-} --out "$results" --prefix h200 >> "$OUT/bench.log" 2>&1
+  python3 -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-} --out "$results" >> "$OUT/bench.log" 2>&1
   frc=$?
   log "features bench rc=$frc"
   [ $frc -eq 0 ] || status=1
-  [ -f "$results/h200_features.md" ] && grep -E "^(\||#)" "$results/h200_features.md"
+  for md in "$results"/*_features.md; do [ -f "$md" ] && grep -E "^(\||#)" "$md"; done
 fi
 [ -n "$(ls -A "$results")" ] && tar -czf "$OUT/results.tar.gz" -C "$results" .
 

@@ -96,6 +96,27 @@ def test_out_file_names():
     assert sorted(only_bwd.png) == ["bwd_tflops", "fwdbwd_tflops"]
 
 
+
+@pytest.mark.parametrize("name,slug", [
+    ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"), ("NVIDIA GeForce RTX 4090", "rtx_4090"),
+    ("NVIDIA H100 80GB HBM3", "h100_80gb_hbm3"), ("NVIDIA H200 NVL", "h200_nvl"),
+    ("Tesla V100-SXM2-16GB", "v100_sxm2_16gb"), ("NVIDIA RTX A6000", "rtx_a6000"), ("NVIDIA", "gpu"), ("", "gpu")])
+def test_gpu_slug(name, slug):
+    assert bench.gpu_slug(name) == slug
+
+
+@pytest.mark.parametrize("argv,prefix", [([], "a100_sxm4_80gb"), (["--memory"], "a100_sxm4_80gb_memory"),
+                                         (["--prefix", "mine"], "mine"), (["--memory", "--prefix", "m"], "m")])
+def test_file_prefix_defaults_to_the_gpu_name(monkeypatch, argv, prefix):
+    """make bench gives no --prefix: files are named after the GPU, so an A100 run cannot overwrite h200_*."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA A100-SXM4-80GB")
+    seen = []
+    monkeypatch.setattr(bench, "run_grid", lambda args, info: seen.append(("grid", args.prefix)) or 0)
+    monkeypatch.setattr(bench, "run_memory", lambda args, info: seen.append(("memory", args.prefix)) or 0)
+    assert bench.main(argv) == 0
+    assert seen == [("memory" if "--memory" in argv else "grid", prefix)]
+
 BWD_CSV = (
     "impl,dtype,hdim,seqlen,causal,batch,nheads,fwd_ms,fwdbwd_ms,bwd_ms,bwd_tflops,fwdbwd_tflops\n"
     "flash_attn_cuda,bfloat16,128,4096,True,4,16,1.0,3.5,2.5,300.0,280.0\n"

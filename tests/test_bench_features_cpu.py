@@ -345,7 +345,7 @@ def test_cpu_run_drops_mismatching_rows(cpu_run, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bf, "attention_fn", lambda impl, causal: lambda q, k, v: q)  # wrong
     assert bf.main(SMALL + ["--benches", "gqa", "--directions", "fwd", "--impls", "flash_attn_cuda",
                             "--out", str(tmp_path)]) == 1
-    rows = read_rows(tmp_path / "results_gqa.csv")
+    rows = read_rows(tmp_path / "cpu_stand_in_gqa.csv")  # no --prefix: named after the GPU ("CPU stand-in")
     assert len(rows) == 4 and all(r["error"].startswith("mismatch") and not r["fwd_ms"] for r in rows)
     assert "mismatch: max abs error" in capsys.readouterr().err
     assert not cpu_run  # nothing timed

@@ -1,5 +1,7 @@
 """Build-flag parsing and instantiation generation (tools/), no compiler needed."""
+import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -78,3 +80,55 @@ def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
     gen_instantiations.generate(tmp_path, (64,), ("fp16",), ("fwd", "bwd"))
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["bwd_hdim64_fp16.cu", "fwd_hdim64_fp16.cu"]
     assert "run_bwd_<cutlass::half_t, 64>(const flash::BwdParams&" in (tmp_path / "bwd_hdim64_fp16.cu").read_text()
+
+
+MEMINFO = "MemTotal:       131072000 kB\nMemFree:         1000000 kB\nMemAvailable:   23068672 kB\n"
+
+
+def test_mem_available_from_proc_meminfo():
+    assert build_config.mem_available_bytes(MEMINFO) == 23068672 * 1024  # 22 GiB
+    assert build_config.mem_available_bytes("MemTotal:  1000 kB\n") is None  # old kernels: no MemAvailable
+    assert build_config.mem_available_bytes("") is None
+
+
+GIB = 2 ** 30
+
+
+@pytest.mark.parametrize("nproc,mem,jobs", [
+    (16, 22 * GIB, 4),       # memory-bound: 22 GiB / 5 GiB per job
+    (2, 22 * GIB, 2),        # core-bound
+    (16, 200 * GIB, 16),
+    (16, 3 * GIB, 1),        # at least one job
+    (16, None, 16),          # no /proc/meminfo: one per core
+    (0, None, 1),
+])
+def test_max_jobs_unset_is_bounded_by_cores_and_memory(nproc, mem, jobs):
+    value, why = build_config.max_jobs(None, nproc, mem)
+    assert value == str(jobs)
+    assert why.startswith(f"MAX_JOBS unset -> {jobs} jobs ({max(nproc, 1)} cores, ")
+
+
+def test_max_jobs_message():
+    assert build_config.max_jobs("", 16, 22 * GIB) == (
+        "4", "MAX_JOBS unset -> 4 jobs (16 cores, 22 GiB available, ~5 GiB per job)")
+    assert build_config.max_jobs(None, 8, None)[1] == "MAX_JOBS unset -> 8 jobs (8 cores, available memory unknown)"
+
+
+def test_max_jobs_set_is_kept():
+    assert build_config.max_jobs("32", 2, 1 * GIB) == ("32", "MAX_JOBS=32 (from the environment)")
+
+
+def test_cutlass_headers_need_none_of_the_wheels_dependencies():
+    """The README installs nvidia-cutlass with --no-deps: finding its headers imports none of the
+    wheel's dependencies (blocked here)."""
+    deps = ["scipy", "networkx", "pydot", "cuda", "treelib", "numpy"]
+    code = (f"import sys; sys.modules.update(dict.fromkeys({deps!r})); sys.path.insert(0, 'third_party'); "
+            "import find_cutlass; print(find_cutlass.include_dir())")
+    env = {k: v for k, v in os.environ.items() if k != "CUTLASS_DIR"}
+    root = pathlib.Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                            timeout=60)
+    if "CUTLASS headers not found" in result.stderr:
+        pytest.skip("nvidia-cutlass is not installed")
+    assert result.returncode == 0, result.stderr
+    assert (pathlib.Path(result.stdout.strip()) / "cute" / "tensor.hpp").is_file()

@@ -5,7 +5,9 @@ with FLASH_ATTN_CUDA_BACKWARD=0).
 
 Exit codes (benchmarks/cpp/bench_common.h): 0 ok, 1 mismatch, 2 bad arguments / no GPU / CUDA
 error, 3 head dim or dtype not compiled into this build."""
+import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -123,7 +125,7 @@ def test_check_matrix_needs_bench_fwd(tmp_path):
     assert "make bench-cpp" in result.stderr
 
 
-def test_check_matrix_counts_uncompiled_cases_as_skipped():
+def test_check_matrix_counts_uncompiled_cases_as_skipped(tmp_path):
     bench = BUILD / "bench_fwd"
     if not bench.exists():
         pytest.skip("build/cpp/bench_fwd not built (make bench-cpp)")
@@ -131,9 +133,132 @@ def test_check_matrix_counts_uncompiled_cases_as_skipped():
     missing = [t for t in ALL_DTYPES if t not in dtypes]
     if not missing:
         pytest.skip("this build compiled every dtype")
-    env = {"PATH": "/usr/bin:/bin", "HDIMS": str(hdims[0]), "DTYPES": missing[0], "SEQLENS": "1000:1337"}
+    env = {"PATH": "/usr/bin:/bin", "HDIMS": str(hdims[0]), "DTYPES": missing[0], "SEQLENS": "1000:1337",
+           "NVIDIA_SMI": str(_stand_in(tmp_path, "nvidia-smi", "echo 'GPU 0: stand-in'"))}  # exit 3 comes first
     result = subprocess.run(["bash", str(CHECK_MATRIX)], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == f"0 passed, 0 failed, {len(lines) - 1} skipped"
     assert all(line.startswith("skip ") for line in lines[:-1])
+
+
+def _stand_in(directory, name, body):
+    """An executable shell script directory/name running body."""
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _check_matrix_on_stand_ins(tmp_path, env):
+    """check_matrix.sh on a build dir of stand-in bench_fwd / bench_bwd that log each run and pass."""
+    build = tmp_path / "build"
+    build.mkdir()
+    for name in ("bench_fwd", "bench_bwd"):
+        _stand_in(build, name, f'echo {name} >> "{tmp_path}/runs"; echo ok')
+    env = {"PATH": "/usr/bin:/bin", "HDIMS": "64", "DTYPES": "bf16", "SEQLENS": "1000:1337", **env}
+    result = subprocess.run(["bash", str(CHECK_MATRIX), str(build)], capture_output=True, text=True, timeout=60,
+                            env=env)
+    runs = (tmp_path / "runs").read_text().split() if (tmp_path / "runs").exists() else []
+    return result, runs
+
+
+NO_GPU = {  # how nvidia-smi says there is no GPU -> what check_matrix says
+    "missing": ("", "nvidia-smi not found"),
+    "no driver": ("echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9",
+                  "-L failed: NVIDIA-SMI has failed"),
+    "no devices": ("echo 'No devices were found'", "-L lists no GPU"),
+    "hidden": ("echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'", "CUDA_VISIBLE_DEVICES='' hides every GPU"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_GPU))
+def test_check_matrix_without_gpu_says_so_once(tmp_path, case):
+    body, reason = NO_GPU[case]
+    smi = _stand_in(tmp_path, "smi", body) if body else tmp_path / "nvidia-smi"  # missing: a path that is not there
+    env = {"NVIDIA_SMI": str(smi), **({"CUDA_VISIBLE_DEVICES": ""} if case == "hidden" else {})}
+    result, runs = _check_matrix_on_stand_ins(tmp_path, env)
+    assert result.returncode == 2
+    assert result.stdout == "" and not runs  # no case ran
+    [line] = result.stderr.splitlines()
+    assert line.startswith("check_matrix: no CUDA GPU visible (") and reason in line
+
+
+def test_check_matrix_on_this_machine_without_gpu(tmp_path):
+    """The real nvidia-smi (absent, or failing without a driver) on a machine with no GPU."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result, runs = _check_matrix_on_stand_ins(tmp_path, {})
+    assert result.returncode == 2 and result.stdout == "" and not runs
+    [line] = result.stderr.splitlines()
+    assert line.startswith("check_matrix: no CUDA GPU visible (")
+
+
+def test_check_matrix_runs_the_cases_when_nvidia_smi_lists_a_gpu(tmp_path):
+    smi = _stand_in(tmp_path, "smi", "echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'")
+    result, runs = _check_matrix_on_stand_ins(tmp_path, {"NVIDIA_SMI": str(smi)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "5 passed, 0 failed, 0 skipped"  # fwd, bwd x causal 0/1 + deterministic
+    assert runs == ["bench_fwd", "bench_bwd"] * 2 + ["bench_bwd"]
+
+
+# ---- make bench-cpp rebuilds when build flags change (make -t / make -n, no compiler) ----------
+
+ROOT = BUILD.parent.parent
+FAKE_NVCC = "nvcc-not-run"  # dry runs and make -t run no compile line
+
+
+def _make_tree(tmp_path):
+    """What the C++ benchmark build reads (Makefile, tools/, third_party/, csrc/, benchmarks/cpp/), copied
+    without generated instantiations, and a stand-in CUTLASS_DIR."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "csrc", tree / "csrc", ignore=shutil.ignore_patterns("instantiations"))
+    for d in ("tools", "third_party", "benchmarks/cpp"):
+        shutil.copytree(ROOT / d, tree / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "Makefile", tree)
+    for cutlass in ("cutlass", "cutlass2"):
+        (tmp_path / cutlass / "include" / "cute").mkdir(parents=True)
+        (tmp_path / cutlass / "include" / "cute" / "tensor.hpp").touch()
+    return tree
+
+
+def _env(tmp_path, **flags):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLASH_ATTN_CUDA_", "MAKE")) and k not in ("MFLAGS", "CUTLASS_DIR", "NVCC", "BUILD")}
+    env.update(CUTLASS_DIR=str(tmp_path / "cutlass"), NVCC=FAKE_NVCC, FLASH_ATTN_CUDA_ARCHS="90",
+               FLASH_ATTN_CUDA_HDIMS="64", FLASH_ATTN_CUDA_DTYPES="bf16")
+    env.update(flags)
+    return env
+
+
+def _make(tree, env, mode):
+    """make MODE build/cpp/bench_fwd in tree; its planned compile lines (make -n) or what it touched (-t)."""
+    result = subprocess.run(["make", "--no-print-directory", mode, "build/cpp/bench_fwd"], cwd=tree, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [line for line in result.stdout.splitlines() if line.startswith((FAKE_NVCC, "touch"))]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_bench_cpp_rebuilds_when_build_flags_change(tmp_path):
+    tree = _make_tree(tmp_path)
+    base = _env(tmp_path)
+    subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=base, check=True, capture_output=True)
+    (tree / "build" / "cpp" / "instantiations").mkdir(parents=True)  # make -t touches, it does not mkdir
+
+    # a finished build with the base flags, without compiling: make -t touches every target
+    assert len(_make(tree, base, "-t")) == 3  # fwd_dispatch.o, fwd_hdim64_bf16.o, bench_fwd
+    stamp = tree / "build" / "cpp" / "flags.stamp"
+    text, mtime = stamp.read_text(), stamp.stat().st_mtime_ns
+    assert f"{FAKE_NVCC} -O3" in text and "-gencode=arch=compute_90,code=sm_90" in text
+    assert "-DFLASH_ATTN_CUDA_BACKWARD" in text and "csrc/instantiations/fwd_hdim64_bf16.cu" in text
+    # same flags: nothing to compile, and the stamp is left alone
+    assert _make(tree, base, "-n") == [] and _make(tree, base, "-t") == []
+    assert stamp.stat().st_mtime_ns == mtime
+    # gencode, -D flags (FLASH_ATTN_CUDA_BACKWARD works the same way), include path
+    for change in ({"FLASH_ATTN_CUDA_ARCHS": "80"}, {"FLASH_ATTN_CUDA_FEATURES": "0"},
+                   {"CUTLASS_DIR": str(tmp_path / "cutlass2")}):
+        planned = _make(tree, _env(tmp_path, **change), "-n")
+        assert len(planned) == 3, (change, planned)  # both objects recompiled and bench_fwd relinked
+        assert stamp.read_text() != text  # (make -n rewrote it: the '+' line runs in dry runs)
+        assert len(_make(tree, base, "-t")) == 3 and stamp.read_text() == text  # back to the base build

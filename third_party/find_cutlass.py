@@ -2,7 +2,8 @@
 
 1. CUTLASS_DIR (a CUTLASS checkout or install): $CUTLASS_DIR/include.
 2. Otherwise the pinned pip wheel nvidia-cutlass==4.2.0.0, which ships the headers under
-   cutlass_library/source/include (pip install nvidia-cutlass==4.2.0.0).
+   cutlass_library/source/include (pip install --no-deps nvidia-cutlass==4.2.0.0: importing
+   cutlass_library needs none of the wheel's dependencies).
 """
 import os
 import pathlib
@@ -20,7 +21,7 @@ def include_dir() -> str:
     try:
         import cutlass_library
     except ImportError as e:
-        raise RuntimeError(f"CUTLASS headers not found: pip install {PINNED_WHEEL}, or set CUTLASS_DIR "
+        raise RuntimeError(f"CUTLASS headers not found: pip install --no-deps {PINNED_WHEEL}, or set CUTLASS_DIR "
                            f"to a CUTLASS checkout") from e
     inc = pathlib.Path(cutlass_library.__file__).resolve().parent / "source" / "include"
     if not (inc / "cute" / "tensor.hpp").is_file():

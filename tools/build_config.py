@@ -8,7 +8,9 @@ setup.py before anything is built, and by the CPU tests).
     FLASH_ATTN_CUDA_FEATURES  "1"          0: no window/softcap/ALiBi/varlen kernels (half the kernels;
                                            those options raise)
     FLASH_ATTN_CUDA_KVCACHE   "1"          0: no KV-cache (decode) kernels; attention_with_kvcache raises
-    MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job
+    MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job; MAX_JOBS unset:
+                                           one per core, at most one per MEM_PER_JOB_GIB of available
+                                           memory (max_jobs)
 
 Lists accept ',' or ';' or spaces as separators.
 """
@@ -22,6 +24,7 @@ ALL_HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
 ALL_DTYPES: tuple[str, ...] = ("fp16", "bf16")
 DEFAULT_ARCHS: tuple[int, ...] = (80, 90)
 MIN_ARCH = 80  # the kernels use sm80 instructions (cp.async, bf16 MMA)
+MEM_PER_JOB_GIB = 5  # nvcc's front end peaks at 3.6-4.5 GB on one backward instantiation
 
 _DTYPE_ALIASES = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16",
@@ -121,3 +124,24 @@ def nvcc_gencode_flags(archs: tuple[int, ...]) -> list[str]:
     flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
     flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
     return flags
+
+
+def mem_available_bytes(meminfo: str) -> int | None:
+    """MemAvailable of /proc/meminfo's text, in bytes; None when it is not there."""
+    m = re.search(r"^MemAvailable:\s+(\d+) kB$", meminfo, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def max_jobs(env_value: str | None, nproc: int, mem_available: int | None) -> tuple[str, str]:
+    """MAX_JOBS for the build, and a line saying where it came from. A set MAX_JOBS is kept; unset,
+    one job per core, at most one per MEM_PER_JOB_GIB of available memory (all cores when that is
+    unknown), at least one: too many jobs run the machine out of memory, not faster."""
+    if env_value and env_value.strip():
+        return env_value.strip(), f"MAX_JOBS={env_value.strip()} (from the environment)"
+    nproc = max(1, nproc)
+    if mem_available is None:
+        return str(nproc), f"MAX_JOBS unset -> {nproc} jobs ({nproc} cores, available memory unknown)"
+    gib = mem_available / 2 ** 30
+    jobs = max(1, min(nproc, int(gib // MEM_PER_JOB_GIB)))
+    return str(jobs), (f"MAX_JOBS unset -> {jobs} jobs ({nproc} cores, {gib:.0f} GiB available, "
+                       f"~{MEM_PER_JOB_GIB} GiB per job)")

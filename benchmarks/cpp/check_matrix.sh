@@ -11,7 +11,9 @@
 #
 #   benchmarks/cpp/check_matrix.sh [BUILD_DIR]                       (default build/cpp)
 #   HDIMS="64 128" DTYPES=bf16 SEQLENS="1000:1337" benchmarks/cpp/check_matrix.sh
-#   env: REPS (timed runs per case, default 3), CASE_TIMEOUT (seconds per case, default 300)
+#   env: REPS (timed runs per case, default 3), CASE_TIMEOUT (seconds per case, default 300),
+#        NVIDIA_SMI (the nvidia-smi asked whether a GPU is visible; tests point it at a stand-in)
+# Without a visible GPU it prints one line and exits 2 before running any case.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/cpp}
@@ -22,6 +24,19 @@ common=(--batch 2 --heads 3 --reps "${REPS:-3}" --check)
 passed=0 failed=0 skipped=0
 
 [ -x "$build/bench_fwd" ] || { echo "check_matrix: $build/bench_fwd not found; run make bench-cpp first" >&2; exit 2; }
+
+# Why no GPU is visible (nothing when one is): each case would otherwise fail on its own.
+no_gpu_reason() {
+  local smi=${NVIDIA_SMI:-nvidia-smi} list
+  case ${CUDA_VISIBLE_DEVICES-all} in
+    "" | -1*) echo "CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' hides every GPU"; return ;;
+  esac
+  command -v "$smi" > /dev/null || { echo "$smi not found"; return; }
+  list=$("$smi" -L 2>&1) || { echo "$smi -L failed: $(printf '%s\n' "$list" | head -1)"; return; }
+  printf '%s\n' "$list" | grep -q '^GPU [0-9]' || echo "$smi -L lists no GPU"
+}
+reason=$(no_gpu_reason)
+[ -z "$reason" ] || { echo "check_matrix: no CUDA GPU visible ($reason); run it on the GPU host" >&2; exit 2; }
 
 # run_case BINARY ARGS...: one line "<status> <binary> <args> | <its last output line>".
 run_case() {
