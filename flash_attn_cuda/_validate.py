@@ -219,6 +219,17 @@ def check_softcap(softcap: object) -> float:
     return float(softcap)
 
 
+def check_softcap_combination(softcap: float, softmax_scale: float, alibi_slopes: Optional[torch.Tensor]) -> None:
+    """A checked softcap with the other score options: not together with alibi_slopes, and in range
+    for softmax_scale (the kernels take softmax_scale / softcap, tanh's argument scale, and
+    2 softcap log2(e) as float32)."""
+    if alibi_slopes is not None and softcap != 0:
+        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    if softcap != 0 and not (softmax_scale / softcap >= FLT_MIN and 2 * softcap * math.log2(math.e) <= FLT_MAX):
+        raise ValueError(f"flash_attn_cuda: softcap {softcap} is out of range for softmax_scale {softmax_scale} "
+                         "(softmax_scale / softcap must be a normal float32 and softcap below about 1e38)")
+
+
 def check_alibi_slopes(alibi_slopes: object, batch: int, nheads: int, device: torch.device) -> Optional[torch.Tensor]:
     """alibi_slopes: None, or a contiguous float32 tensor of shape (nheads,) or (batch, nheads) on
     q's device; query head h of sequence b adds -slopes[b, h] * |i + sk - sq - j| to its scaled

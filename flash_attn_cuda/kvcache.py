@@ -51,7 +51,6 @@ int cache_seqlens becomes a device tensor with torch.full.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -263,12 +262,7 @@ def _check_options(q, capacity: int, softmax_scale, causal, window_size, softcap
     left, right = (-1 if w >= capacity else w for w in _validate.check_window_size(window_size, bool(causal)))
     softcap = _validate.check_softcap(softcap)
     alibi_slopes = _validate.check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
-    if alibi_slopes is not None and softcap != 0:
-        raise _err("alibi_slopes together with softcap is not supported")
-    if softcap != 0 and not (softmax_scale / softcap >= _validate.FLT_MIN
-                             and 2 * softcap * math.log2(math.e) <= _validate.FLT_MAX):
-        raise _err(f"softcap {softcap} is out of range for softmax_scale {softmax_scale} (softmax_scale / softcap "
-                   "must be a normal float32 and softcap below about 1e38)")
+    _validate.check_softcap_combination(softcap, softmax_scale, alibi_slopes)
     if not _validate._is_int(num_splits):
         raise TypeError(f"flash_attn_cuda: num_splits must be an int, got {type(num_splits).__name__}")
     if not 0 <= num_splits <= MAX_SPLITS:
