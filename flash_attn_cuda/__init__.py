@@ -5,14 +5,13 @@
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple, Union
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims
-from ._validate import (FLT_MAX, FLT_MIN, check_alibi_slopes, check_attention_inputs, check_softcap,
+from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softcap_combination,
                         check_softmax_scale, check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
@@ -38,14 +37,9 @@ def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, dropout_p: floa
     window_left, window_right = check_window_size(window_size, causal)
     softcap = check_softcap(softcap)
     alibi_slopes = check_alibi_slopes(alibi_slopes, batch, q.shape[-2], q.device)
-    if alibi_slopes is not None and softcap != 0:
-        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    check_softcap_combination(softcap, softmax_scale, alibi_slopes)
     if alibi_slopes is not None and alibi_slopes.requires_grad:
         raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
-    # The kernels take softmax_scale / softcap (tanh's argument) and 2 softcap log2(e) as float32.
-    if softcap != 0 and not (softmax_scale / softcap >= FLT_MIN and 2 * softcap * math.log2(math.e) <= FLT_MAX):
-        raise ValueError(f"flash_attn_cuda: softcap {softcap} is out of range for softmax_scale {softmax_scale} "
-                         "(softmax_scale / softcap must be a normal float32 and softcap below about 1e38)")
     # A left edge at or past the last key is no edge (the plain kernel runs it).
     needs_features = varlen or softcap != 0 or alibi_slopes is not None or 0 <= window_left < seqlen_k
     if needs_features and not HAS_FEATURES:

@@ -25,11 +25,12 @@ INT32_MAX = (1 << 31) - 1  # cu_seqlens are int32: packed token counts must fit
 _LAYOUTS = {4: "4-D (batch, seqlen, nheads, headdim)", 3: "3-D (total_tokens, nheads, headdim)"}
 
 
-def _check_one(name: str, t: object, ndim: int = 4) -> torch.Tensor:
+def _check_one(name: str, t: object, ndim: int = 4, layout: Optional[str] = None) -> torch.Tensor:
+    # layout: the expected layout in words, for the message (default: _LAYOUTS[ndim]).
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"flash_attn_cuda: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != ndim:
-        raise ValueError(f"flash_attn_cuda: {name} must be {_LAYOUTS[ndim]}, got shape {tuple(t.shape)}")
+        raise ValueError(f"flash_attn_cuda: {name} must be {layout or _LAYOUTS[ndim]}, got shape {tuple(t.shape)}")
     if t.device.type != "cuda":
         raise ValueError(f"flash_attn_cuda: {name} must be a CUDA tensor, got device '{t.device}'")
     if t.dtype not in SUPPORTED_DTYPES:
@@ -92,10 +93,7 @@ def _check_qkv(q, k, v, ndim: int, compiled_head_dims: Sequence[int], compiled_d
                          f"({nheads_k})")
     if k.shape[-1] != headdim or v.shape[-1] != headdim:
         raise ValueError(f"flash_attn_cuda: head dims differ: q {headdim}, k {k.shape[-1]}, v {v.shape[-1]}")
-    if headdim > MAX_HEAD_DIM:
-        raise ValueError(f"flash_attn_cuda: head dim must be <= {MAX_HEAD_DIM}, got {headdim}")
-    if headdim == 0 or headdim % 8 != 0:
-        raise ValueError(f"flash_attn_cuda: head dim must be a positive multiple of 8, got {headdim}")
+    check_head_dim(headdim)
     if ndim == 4:
         if q.shape[1] > MAX_SEQLEN or k.shape[1] > MAX_SEQLEN:
             raise ValueError(f"flash_attn_cuda: sequence lengths must be <= {MAX_SEQLEN}, got {q.shape[1]} and "
@@ -109,24 +107,45 @@ def _check_qkv(q, k, v, ndim: int, compiled_head_dims: Sequence[int], compiled_d
                              f"{q.shape[0]} and {k.shape[0]}")
         if nheads > MAX_GRID_DIM:
             raise ValueError(f"flash_attn_cuda: nheads ({nheads}) must be <= {MAX_GRID_DIM}")
-    if q.dtype not in compiled_dtypes:
-        raise ValueError(f"flash_attn_cuda: dtype {q.dtype} is not compiled into this build (compiled: "
+    runnable = check_compiled(q.dtype, headdim, compiled_head_dims, compiled_dtypes)
+    if check_alignment:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_aligned(name, t)
+    if check_device:
+        check_capability(q.device)
+    return runnable
+
+
+def check_head_dim(headdim: int) -> None:
+    """A head dim the kernels take: a positive multiple of 8, at most MAX_HEAD_DIM."""
+    if headdim > MAX_HEAD_DIM:
+        raise ValueError(f"flash_attn_cuda: head dim must be <= {MAX_HEAD_DIM}, got {headdim}")
+    if headdim == 0 or headdim % 8 != 0:
+        raise ValueError(f"flash_attn_cuda: head dim must be a positive multiple of 8, got {headdim}")
+
+
+def check_compiled(dtype: torch.dtype, headdim: int, compiled_head_dims: Sequence[int],
+                   compiled_dtypes: Sequence[torch.dtype]) -> int:
+    """That this build holds kernels for dtype and headdim. Returns the compiled head dim that
+    will run (the smallest compiled one >= headdim)."""
+    if dtype not in compiled_dtypes:
+        raise ValueError(f"flash_attn_cuda: dtype {dtype} is not compiled into this build (compiled: "
                          f"{[str(d) for d in compiled_dtypes]}); rebuild with FLASH_ATTN_CUDA_DTYPES including it")
     runnable = [d for d in sorted(compiled_head_dims) if d >= headdim]
     if not runnable:
         raise ValueError(f"flash_attn_cuda: head dim {headdim} needs a compiled head dim >= {headdim}, but this "
                          f"build has only {sorted(compiled_head_dims)}; rebuild with FLASH_ATTN_CUDA_HDIMS "
                          f"including one")
-    if check_alignment:
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            _check_aligned(name, t)
-    if check_device:
-        capability = torch.cuda.get_device_capability(q.device)
-        if capability < MIN_CAPABILITY:
-            raise ValueError(f"flash_attn_cuda: needs a GPU of compute capability >= "
-                             f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ampere or newer), got "
-                             f"{capability[0]}.{capability[1]} ({torch.cuda.get_device_name(q.device)})")
     return runnable[0]
+
+
+def check_capability(device: torch.device) -> None:
+    """The GPU of device is sm80 or newer (queries the driver: real tensors only)."""
+    capability = torch.cuda.get_device_capability(device)
+    if capability < MIN_CAPABILITY:
+        raise ValueError(f"flash_attn_cuda: needs a GPU of compute capability >= "
+                         f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ampere or newer), got "
+                         f"{capability[0]}.{capability[1]} ({torch.cuda.get_device_name(device)})")
 
 
 FLT_MIN, FLT_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
@@ -200,6 +219,17 @@ def check_softcap(softcap: object) -> float:
     return float(softcap)
 
 
+def check_softcap_combination(softcap: float, softmax_scale: float, alibi_slopes: Optional[torch.Tensor]) -> None:
+    """A checked softcap with the other score options: not together with alibi_slopes, and in range
+    for softmax_scale (the kernels take softmax_scale / softcap, tanh's argument scale, and
+    2 softcap log2(e) as float32)."""
+    if alibi_slopes is not None and softcap != 0:
+        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    if softcap != 0 and not (softmax_scale / softcap >= FLT_MIN and 2 * softcap * math.log2(math.e) <= FLT_MAX):
+        raise ValueError(f"flash_attn_cuda: softcap {softcap} is out of range for softmax_scale {softmax_scale} "
+                         "(softmax_scale / softcap must be a normal float32 and softcap below about 1e38)")
+
+
 def check_alibi_slopes(alibi_slopes: object, batch: int, nheads: int, device: torch.device) -> Optional[torch.Tensor]:
     """alibi_slopes: None, or a contiguous float32 tensor of shape (nheads,) or (batch, nheads) on
     q's device; query head h of sequence b adds -slopes[b, h] * |i + sk - sq - j| to its scaled
@@ -237,6 +267,25 @@ def check_cu_seqlens(name: str, cu_seqlens: object, device: torch.device) -> int
     if not cu_seqlens.is_contiguous():
         raise ValueError(f"flash_attn_cuda: {name} must be contiguous, got stride {tuple(cu_seqlens.stride())}")
     return cu_seqlens.shape[0] - 1
+
+
+def check_int32_tensor(name: str, t: object, shape: Tuple[Optional[int], ...], layout: str,
+                       device: torch.device) -> torch.Tensor:
+    """An int32 index tensor (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) of the
+    given shape (None: any size; layout names the dims for the message, e.g. "(batch,)") on q's
+    device. Returned contiguous: a copy on the device when it was not (no device-to-host
+    transfer, so CUDA graphs can capture it). Metadata only; the values are not read."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flash_attn_cuda: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"flash_attn_cuda: {name} must be torch.int32, got {t.dtype}")
+    if t.dim() != len(shape) or any(want is not None and got != want for got, want in zip(t.shape, shape)):
+        expected = "(" + ", ".join("*" if n is None else str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+        raise ValueError(f"flash_attn_cuda: {name} must have shape {layout} = {expected}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"flash_attn_cuda: {name} must be on q's device {device}, got {t.device} (a tensor on "
+                         f"another device would need a copy on every call)")
+    return t.contiguous()
 
 
 def check_max_seqlen(name: str, max_seqlen: object) -> int:

@@ -12,6 +12,10 @@ attention_blockwise   the FA2 forward algorithm step by step (Q blocks outer, K/
 attention_blockwise_backward   the FA2 backward, tile by tile (model of csrc/bwd_kernel.h).
 kv_block_range / q_block_range / block_needs_mask   the block-skipping arithmetic the kernels
                       share (csrc/mask.h), as pure functions.
+kvcache_reference     flash_attn_with_kvcache (flash_attn_cuda.kvcache.attention_with_kvcache):
+                      rotary, in-place append (on copies), paged / batch-indexed / left-padded
+                      caches, then attention_ref per sequence; with apply_rotary_reference,
+                      paged_gather_reference and split_kv_combine_reference (the split-KV merge).
 
 Scores. With s = scale * q k^T (scale = softmax_scale, default 1/sqrt(d)), the score of query
 i and key j is, in this order (flash-attn's order):
@@ -33,7 +37,7 @@ lse (batch, nheads, seqlen_q) float32 (float64 when computing in float64). alibi
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -98,10 +102,14 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   softmax_scale: Optional[float] = None,
                   compute_dtype: Optional[torch.dtype] = torch.float32, *,
                   window_size: Window = (-1, -1), softcap: float = 0.0,
-                  alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                  alibi_slopes: Optional[torch.Tensor] = None,
+                  key_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Naive attention computed in compute_dtype (None: in the inputs' own dtype, which is how
     "PyTorch's error in the low precision" is measured). Scores, masking and shapes as in the
-    module docstring. Returns (out in compute_dtype, lse)."""
+    module docstring. key_mask: bool (seqlen_k,) or (batch, seqlen_k); False hides that key from
+    every query, on top of the window rule, which keeps its alignment (shift = seqlen_k - seqlen_q
+    counts hidden keys too): left padding of a KV cache, or one split of the key axis.
+    Returns (out in compute_dtype, lse)."""
     if compute_dtype is not None:
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
@@ -113,6 +121,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if alibi_slopes is not None:
         scores = scores + alibi_bias(seqlen_q, seqlen_k, alibi_slopes, scores.dtype, q.device)
     mask = visible_mask(seqlen_q, seqlen_k, causal, q.device, window_size=window_size)   # (sq, sk)
+    if key_mask is not None:
+        mask = mask & key_mask[..., None, None, :] if key_mask.dim() == 2 else mask & key_mask  # (b, 1, sq, sk)
     scores = scores.masked_fill(~mask, float("-inf"))   # after every transform: no NaN gradients
     lse = torch.logsumexp(scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores, dim=-1)
     probs = torch.softmax(scores, dim=-1)
@@ -360,3 +370,170 @@ def attention_blockwise_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     dk = dk.view(batch, seqlen_k, nheads_k, group, d).sum(3)
     dv = dv.view(batch, seqlen_k, nheads_k, group, d).sum(3)
     return dq, dk, dv
+
+
+# ---------------------------------------------------------------- KV CACHE (flash_attn_with_kvcache)
+#
+# flash-attn 2's semantics (flash_attn_cuda/kvcache.py cites the sources). Sequence b owns cache
+# slots [0, capacity): capacity = seqlen_cache (row cache_batch_idx[b], default b), or
+# max_pages_per_seq * page_size when paged (slot s = row s % page_size of page
+# block_table[b, s // page_size]). New k/v (seqlen_new rows) are first written to slots
+# [cache_seqlens[b], cache_seqlens[b] + seqlen_new). Then sequence b's keys are slots
+# [0, end), end = cache_seqlens[b] + seqlen_new (capacity without cache_seqlens), with slots
+# < cache_leftpad[b] hidden; causal / window / ALiBi align query i with slot i + end - seqlen_q
+# (attention_ref on slots [0, end) with a key_mask). Rotary positions are slot indices: new key
+# i at cache_seqlens + i; query i at cache_seqlens + i when the attention is causal or local,
+# else every query at cache_seqlens.
+
+class KvcacheRef(NamedTuple):
+    out: torch.Tensor       # (batch, seqlen_q, nheads, d) in compute_dtype
+    lse: torch.Tensor       # (batch, nheads, seqlen_q)
+    k_cache: torch.Tensor   # a copy of k_cache with the (rotated) new keys written in
+    v_cache: torch.Tensor   # a copy of v_cache with the new values written in
+
+
+def apply_rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                           interleaved: bool) -> torch.Tensor:
+    """Rotary embedding at explicit positions.
+
+    x: (batch, seqlen, nheads, d); cos, sin: (seqlen_ro, rotary_dim / 2); positions: integer
+    (batch, seqlen) (or broadcastable to it), the row of cos/sin each token uses. The first
+    rotary_dim = 2 * cos.shape[1] dims of every head are rotated, the others kept: pair i is
+    dims (2i, 2i + 1) when interleaved (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX), and
+    (x1, x2) -> (x1 cos[p, i] - x2 sin[p, i], x1 sin[p, i] + x2 cos[p, i]).
+    Computed in at least float32, returned in x's dtype (the kernels round a rotated key the
+    same way when they store it in the cache)."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    half = cos.shape[-1]
+    c = cos.to(dtype)[positions][..., None, :]                    # (batch, seqlen, 1, rotary_dim / 2)
+    s = sin.to(dtype)[positions][..., None, :]
+    xf = x.to(dtype)
+    rot = xf[..., :2 * half]                                      # (batch, seqlen, nheads, rotary_dim)
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else rot.chunk(2, dim=-1)
+    y1, y2 = x1 * c - x2 * s, x1 * s + x2 * c
+    rot = torch.stack((y1, y2), dim=-1).flatten(-2) if interleaved else torch.cat((y1, y2), dim=-1)
+    return torch.cat((rot, xf[..., 2 * half:]), dim=-1).to(x.dtype)
+
+
+def kvcache_window(causal: bool, window_size: Window, capacity: int) -> Window:
+    """The window flash_attn_with_kvcache applies: effective_window, then a side >= capacity
+    (the cache's seqlen_k) becomes -1, unbounded (flash-attn's mha_fwd_kvcache does this)."""
+    left, right = effective_window(causal, window_size)
+    return (-1 if left >= capacity else left), (-1 if right >= capacity else right)
+
+
+def rotary_q_per_row(window: Window) -> bool:
+    """For a kvcache_window: whether query i is rotated at position cache_seqlens + i (causal or
+    local attention: a bounded side) instead of every query at cache_seqlens."""
+    return window[0] >= 0 or window[1] >= 0
+
+
+def paged_gather_reference(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """Slots [0, length) of the sequence(s) a block table maps, in order.
+
+    cache: (num_pages, page_size, nheads_k, d); block_table: integer (max_pages,) or
+    (batch, max_pages); slot s is cache[block_table[..., s // page_size], s % page_size].
+    Only the first ceil(length / page_size) entries are read. Returns (length, nheads_k, d) or
+    (batch, length, nheads_k, d)."""
+    pages = cache[block_table[..., :_cdiv(length, cache.shape[1])].long()]   # (..., pages, page_size, hk, d)
+    return pages.flatten(-4, -3)[..., :length, :, :]
+
+
+def split_kv_combine_reference(o_partials: torch.Tensor,
+                               lse_partials: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Merges attention over disjoint key ranges (split-KV / flash-decoding).
+
+    o_partials: (splits, ..., d), each normalised over its own keys; lse_partials: (splits, ...),
+    -inf for a split that saw no key. Returns out (..., d) = sum_i exp(lse_i - lse) o_i and
+    lse (...) = logsumexp_i lse_i; rows no split saw get out 0 and lse -inf."""
+    lse = torch.logsumexp(lse_partials, dim=0)                                 # (...)
+    finite = torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+    weights = torch.exp(lse_partials - finite)[..., None]                      # (splits, ..., 1)
+    terms = torch.where(weights > 0, weights * o_partials, torch.zeros_like(o_partials))  # empty splits: 0
+    return terms.sum(0), lse
+
+
+def _per_sequence(value: Union[None, int, torch.Tensor, Sequence[int]], batch: int, default: int) -> List[int]:
+    # None / int / (batch,) tensor -> batch Python ints
+    if value is None:
+        return [default] * batch
+    if isinstance(value, int):
+        return [value] * batch
+    return [int(x) for x in (value.tolist() if isinstance(value, torch.Tensor) else value)]
+
+
+def _cache_slots(cache: torch.Tensor, b: int, slots: torch.Tensor, cache_batch_idx: Optional[torch.Tensor],
+                 block_table: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    # (rows, offsets): where sequence b's slots (1-D long) live in cache's first two dims.
+    if block_table is not None:
+        page_size = cache.shape[1]
+        return block_table[b].long()[slots // page_size], slots % page_size
+    row = b if cache_batch_idx is None else int(cache_batch_idx[b])
+    return torch.full_like(slots, row), slots
+
+
+def _sequence_kv(cache: torch.Tensor, b: int, end: int, cache_batch_idx: Optional[torch.Tensor],
+                 block_table: Optional[torch.Tensor]) -> torch.Tensor:
+    # (end, nheads_k, d): slots [0, end) of sequence b.
+    if block_table is not None:
+        return paged_gather_reference(cache, block_table[b], end)
+    return cache[b if cache_batch_idx is None else int(cache_batch_idx[b]), :end]
+
+
+def kvcache_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                      rotary_cos: Optional[torch.Tensor] = None, rotary_sin: Optional[torch.Tensor] = None,
+                      cache_seqlens: Union[None, int, torch.Tensor] = None,
+                      cache_batch_idx: Optional[torch.Tensor] = None, cache_leftpad: Optional[torch.Tensor] = None,
+                      block_table: Optional[torch.Tensor] = None, softmax_scale: Optional[float] = None,
+                      causal: bool = False, window_size: Window = (-1, -1), softcap: float = 0.0,
+                      rotary_interleaved: bool = True, alibi_slopes: Optional[torch.Tensor] = None,
+                      num_splits: int = 0, return_softmax_lse: bool = False, *,
+                      compute_dtype: Optional[torch.dtype] = torch.float32) -> KvcacheRef:
+    """flash_attn_with_kvcache, naively (semantics in the comment above; shapes as
+    flash_attn_cuda.kvcache.attention_with_kvcache). The caches are not modified: the append goes
+    into copies, returned with the result. num_splits and return_softmax_lse are accepted for the
+    call's sake (splitting does not change the mathematics; lse is always returned).
+
+    q: (batch, seqlen_q, nheads, d); k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, d),
+    or (num_pages, page_size, nheads_k, d) with block_table (batch, max_pages_per_seq);
+    k, v: (batch, seqlen_new, nheads_k, d); rotary_cos/sin: (seqlen_ro, rotary_dim / 2);
+    cache_seqlens: int or (batch,); cache_batch_idx, cache_leftpad: (batch,).
+    Returns KvcacheRef(out (batch, seqlen_q, nheads, d) and lse (batch, nheads, seqlen_q) in
+    compute_dtype, and the updated copies of k_cache and v_cache)."""
+    batch, seqlen_q = q.shape[:2]
+    capacity = k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])
+    window = kvcache_window(causal, window_size, capacity)
+    starts = _per_sequence(cache_seqlens, batch, capacity)       # keys end here before the append
+    leftpad = _per_sequence(cache_leftpad, batch, 0)
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    seqlen_new = 0 if k is None else k.shape[1]
+    start = torch.tensor(starts, device=q.device).view(batch, 1)  # (batch, 1)
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("kvcache_reference: rotary_cos/sin apply only with new k and v (as flash-attn)")
+        k = apply_rotary_reference(k, rotary_cos, rotary_sin, start + torch.arange(seqlen_new, device=q.device),
+                                   rotary_interleaved)
+        rows = torch.arange(seqlen_q, device=q.device)             # causal / local: query i at start + i
+        if not rotary_q_per_row(window):
+            rows = torch.zeros_like(rows)                           # otherwise every query at start
+        q = apply_rotary_reference(q, rotary_cos, rotary_sin, start + rows, rotary_interleaved)
+    for b in range(batch if k is not None else 0):                 # the append, in batch order
+        where = _cache_slots(k_cache, b, starts[b] + torch.arange(seqlen_new, device=q.device),
+                             cache_batch_idx, block_table)
+        k_cache[where], v_cache[where] = k[b].to(k_cache.dtype), v[b].to(v_cache.dtype)
+    outs, lses = [], []
+    for b in range(batch):
+        end = starts[b] + seqlen_new
+        kb = _sequence_kv(k_cache, b, end, cache_batch_idx, block_table)[None]   # (1, end, hk, d)
+        vb = _sequence_kv(v_cache, b, end, cache_batch_idx, block_table)[None]
+        slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+        out_b, lse_b = attention_ref(q[b:b + 1], kb, vb, False, softmax_scale, compute_dtype, window_size=window,
+                                     softcap=softcap, alibi_slopes=slopes,
+                                     key_mask=torch.arange(end, device=q.device) >= leftpad[b])
+        outs.append(out_b)
+        lses.append(lse_b)
+    if batch == 0:
+        return KvcacheRef(*attention_ref(q, k_cache[:0, :0], v_cache[:0, :0], compute_dtype=compute_dtype),
+                          k_cache, v_cache)
+    return KvcacheRef(torch.cat(outs), torch.cat(lses), k_cache, v_cache)
