@@ -113,7 +113,7 @@ std::optional<at::Tensor> fill_rotary(flash::KvCacheParams& p, const at::Tensor&
 std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
     const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const std::optional<at::Tensor>& k,
     const std::optional<at::Tensor>& v, const std::optional<at::Tensor>& rotary_cos,
-    const std::optional<at::Tensor>& rotary_sin, const at::Tensor& cache_seqlens,
+    const std::optional<at::Tensor>& rotary_sin, const std::optional<at::Tensor>& cache_seqlens,
     const std::optional<at::Tensor>& cache_batch_idx, const std::optional<at::Tensor>& cache_leftpad,
     const std::optional<at::Tensor>& block_table, double softmax_scale, bool causal, int64_t window_left,
     int64_t window_right, double softcap, bool rotary_interleaved, const std::optional<at::Tensor>& alibi_slopes,
@@ -137,6 +137,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
   p.cache_seqlens = batch_vector(cache_seqlens, q, batch, "cache_seqlens");
   p.cache_leftpad = batch_vector(cache_leftpad, q, batch, "cache_leftpad");
   fill_new_kv(p, q, k, v, k_cache);
+  TORCH_CHECK(p.cache_seqlens != nullptr || (!k.has_value() && !rotary_cos.has_value()),
+              "flash_attn_cuda: new k/v and rotary embeddings need cache_seqlens");
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
@@ -163,9 +165,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
   p.seqlen_q = static_cast<int>(seqlen_q);
   p.nheads = static_cast<int>(nheads);
   fill_options(p, q, softmax_scale, opt, headdim_rounded);
-  // flash-attn's rule: queries rotate at cache_seqlens + t when causal or windowed, else all at cache_seqlens.
+  // flash-attn's rule: queries rotate at cache_seqlens + t when causal or local (a window side
+  // shorter than the capacity), else all at cache_seqlens.
+  const bool local = (window_left >= 0 && window_left < p.seqlen_k) ||
+                     (!causal && window_right >= 0 && window_right < p.seqlen_k);
   const std::optional<at::Tensor> q_rot = fill_rotary(p, q, rotary_cos, rotary_sin, rotary_interleaved,
-                                                      causal || window_left >= 0 || window_right >= 0);
+                                                      causal || local);
 
   p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
                                 : flash::kvcache_num_splits(p, props->multiProcessorCount,
@@ -190,7 +195,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
 
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
   m.def("fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
-        "Tensor? rotary_sin, Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
+        "Tensor? rotary_sin, Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
         "Tensor? block_table, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
         "bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor out, Tensor lse)");
 }

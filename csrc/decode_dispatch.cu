@@ -12,7 +12,8 @@ namespace flash {
 
 bool kvcache_params_supported(const KvCacheParams& p) {
   const bool paged = p.block_table != nullptr;
-  return params_supported(p) && p.cache_seqlens != nullptr && p.seqlen_new >= 0 &&
+  return params_supported(p) && p.seqlen_new >= 0 &&
+         (p.cache_seqlens != nullptr || (p.seqlen_new == 0 && p.rotary_dim == 0)) &&
          p.num_splits >= 1 && p.num_splits <= kMaxSplits &&
          (p.num_splits == 1 || (p.oaccum_ptr != nullptr && p.lse_accum_ptr != nullptr)) &&
          p.num_pages > 0 &&

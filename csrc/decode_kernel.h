@@ -31,7 +31,7 @@ struct KvCacheSeq {
   CUTE_DEVICE KvCacheSeq(KvCacheParams const& p, int b) {
     const int capacity = p.seqlen_k;
     leftpad = p.cache_leftpad != nullptr ? min(max(p.cache_leftpad[b], 0), capacity) : 0;
-    const int64_t end = int64_t(p.cache_seqlens[b]) + p.seqlen_new;
+    const int64_t end = p.cache_seqlens != nullptr ? int64_t(p.cache_seqlens[b]) + p.seqlen_new : capacity;
     seqlen_k = int(min(max(end, int64_t(leftpad)), int64_t(capacity))) - leftpad;
     cache_row = min(max(p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b, 0), p.num_pages - 1);
     pages = p.block_table != nullptr ? p.block_table + b * p.block_table_batch_stride : nullptr;

@@ -94,7 +94,8 @@ inline bool needs_mods(const FwdParams& p) {
 //   lse_accum: (num_splits, batch, nheads, seqlen_q) float32 (-inf where a split saw no key)
 // and the combine kernel writes out and lse from them.
 struct KvCacheParams : FwdParams {
-  const int* cache_seqlens = nullptr;    // (batch,) tokens in each cache before this call's append
+  const int* cache_seqlens = nullptr;    // (batch,) tokens in each cache before this call's append;
+                                         // null: every sequence fills the capacity (no append, no rotary)
   const int* cache_batch_idx = nullptr;  // (batch,) cache row of each batch element; null: b
   const int* cache_leftpad = nullptr;    // (batch,) first valid slot; null: 0
   const int* block_table = nullptr;      // (batch, max_pages) page indices; null: contiguous cache
