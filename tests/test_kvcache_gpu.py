@@ -1,0 +1,189 @@
+"""attention_with_kvcache on the GPU (decode kernel, split-KV, GQA packing, paged caches, in-place
+append, rotary) against the float32 reference (reference.kvcache_reference) with FA2's rule: our
+max error <= 2 x PyTorch's low-precision error + 1e-4. Outputs are poisoned first; caches are
+compared slot by slot after the append."""
+import pytest
+import torch
+from fa2_checks import assert_fa2_close, assert_lse_close, poison
+
+pytestmark = pytest.mark.gpu
+
+if torch.cuda.is_available():
+    import flash_attn_cuda
+    from flash_attn_cuda import attention_with_kvcache
+    from flash_attn_cuda.reference import kvcache_reference
+
+    HDIMS = flash_attn_cuda.compiled_head_dims()
+    DTYPES = flash_attn_cuda.compiled_dtypes()
+else:
+    HDIMS, DTYPES = (64,), (torch.bfloat16,)
+
+DTYPE = torch.bfloat16 if torch.bfloat16 in DTYPES else DTYPES[0]
+# Head dims the tests sweep: the compiled ones among 64/128/256 (all the kernel's tile shapes).
+SWEEP_HDIMS = [d for d in (64, 128, 256) if d in HDIMS] or list(HDIMS[:1])
+# Ragged cache lengths (tokens already cached per sequence).
+RAGGED = [0, 1, 17, 4095, 300, 64, 65, 2000]
+
+
+def _cache(batch, capacity, nheads_k, hdim, page_size=None, seed=0):
+    """Random K/V caches: contiguous (batch, capacity, hk, d), or paged (pages, page, hk, d) with a
+    block_table of shuffled pages (plus two spare pages) so sequences are scattered."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if page_size is None:
+        shape = (batch, capacity, nheads_k, hdim)
+        return (torch.randn(shape, device="cuda", dtype=DTYPE, generator=g),
+                torch.randn(shape, device="cuda", dtype=DTYPE, generator=g), None)
+    pages_per_seq = -(-capacity // page_size)
+    num_pages = batch * pages_per_seq + 2
+    shape = (num_pages, page_size, nheads_k, hdim)
+    perm = torch.randperm(num_pages, device="cuda", generator=g)[:batch * pages_per_seq]
+    block_table = perm.view(batch, pages_per_seq).to(torch.int32)
+    return (torch.randn(shape, device="cuda", dtype=DTYPE, generator=g),
+            torch.randn(shape, device="cuda", dtype=DTYPE, generator=g), block_table)
+
+
+def _check(q, k_cache, v_cache, **kw):
+    """Runs ours on the caches (in place) and the reference on copies; FA2's rule for out, LSE
+    within 1e-4, caches equal to the reference's after the append."""
+    ref = kvcache_reference(q, k_cache, v_cache, **kw)
+    lowp = kvcache_reference(q, k_cache, v_cache, compute_dtype=None, **kw)
+    poison((q.shape, q.dtype))
+    out, lse = attention_with_kvcache(q, k_cache, v_cache, return_softmax_lse=True, **kw)
+    assert_fa2_close("out", out, ref.out, lowp.out)
+    assert_lse_close(lse, ref.lse, rtol=2e-3 if kw.get("softcap") else 1e-4)
+    assert torch.equal(k_cache, ref.k_cache), "k_cache after the append differs from the reference"
+    assert torch.equal(v_cache, ref.v_cache), "v_cache after the append differs from the reference"
+    return out, lse
+
+
+@pytest.mark.parametrize("hdim", SWEEP_HDIMS)
+@pytest.mark.parametrize("nheads,nheads_k", [(8, 8), (8, 2), (16, 1), (32, 2)])
+@pytest.mark.parametrize("seqlen_q,causal", [(1, False), (3, True), (5, False), (16, True)])
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+def test_decode_matches_reference(hdim, nheads, nheads_k, seqlen_q, causal, page_size):
+    batch, capacity = len(RAGGED), 4096 + 64
+    torch.manual_seed(hdim + nheads * 7 + seqlen_q)
+    k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, page_size, seed=hdim)
+    q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.tensor(RAGGED, dtype=torch.int32, device="cuda")
+    _check(q, k_cache, v_cache, cache_seqlens=lengths, block_table=block_table, causal=causal)
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 32, 64, 128, 256])
+@pytest.mark.parametrize("rotary", [None, "interleaved", "neox"])
+def test_append_and_rotary(page_size, rotary):
+    batch, capacity, nheads, nheads_k, hdim, seqlen_new = 5, 512, 8, 2, SWEEP_HDIMS[0], 3
+    torch.manual_seed(3)
+    k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, page_size, seed=5)
+    q = torch.randn(batch, seqlen_new, nheads, hdim, device="cuda", dtype=DTYPE)
+    k = torch.randn(batch, seqlen_new, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v = torch.randn_like(k)
+    lengths = torch.tensor([0, 1, 100, 255, capacity - seqlen_new], dtype=torch.int32, device="cuda")
+    kw = dict(k=k, v=v, cache_seqlens=lengths, block_table=block_table, causal=True)
+    if rotary is not None:
+        rotary_dim = hdim // 2
+        angles = torch.rand(capacity, rotary_dim // 2, device="cuda") * 6.3
+        kw.update(rotary_cos=angles.cos().to(DTYPE), rotary_sin=angles.sin().to(DTYPE),
+                  rotary_interleaved=rotary == "interleaved")
+    _check(q, k_cache, v_cache, **kw)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_rotary_query_positions_without_causal(causal):
+    # Non-causal, non-local: every query token rotates at cache_seqlens (flash-attn's rule).
+    batch, capacity, nheads, hdim = 2, 256, 4, SWEEP_HDIMS[0]
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads, hdim, seed=9)
+    q = torch.randn(batch, 4, nheads, hdim, device="cuda", dtype=DTYPE)
+    k = torch.randn(batch, 4, nheads, hdim, device="cuda", dtype=DTYPE)
+    v = torch.randn_like(k)
+    angles = torch.rand(capacity, hdim // 2, device="cuda") * 6.3
+    _check(q, k_cache, v_cache, k=k, v=v, cache_seqlens=37, rotary_cos=angles.cos().to(DTYPE),
+           rotary_sin=angles.sin().to(DTYPE), rotary_interleaved=False, causal=causal)
+
+
+@pytest.mark.parametrize("option", ["window", "softcap", "alibi", "leftpad", "batch_idx"])
+def test_options(option):
+    batch, capacity, nheads, nheads_k, hdim = 4, 1024, 8, 2, SWEEP_HDIMS[-1]
+    torch.manual_seed(11)
+    k_cache, v_cache, _ = _cache(batch + 2, capacity, nheads_k, hdim, seed=11)
+    q = torch.randn(batch, 2, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.tensor([5, 700, 1000, 130], dtype=torch.int32, device="cuda")
+    kw = dict(cache_seqlens=lengths, causal=True)
+    if option == "window":
+        kw["window_size"] = (100, 0)
+    elif option == "softcap":
+        kw["softcap"] = 5.0
+    elif option == "alibi":
+        kw["alibi_slopes"] = torch.rand(batch, nheads, device="cuda")
+    elif option == "leftpad":
+        kw["cache_leftpad"] = torch.tensor([0, 300, 999, 2], dtype=torch.int32, device="cuda")
+    else:
+        kw["cache_batch_idx"] = torch.tensor([5, 0, 3, 1], dtype=torch.int32, device="cuda")
+    _check(q, k_cache, v_cache, **kw)
+
+
+def test_every_num_splits_and_paged_equals_contiguous():
+    batch, capacity, nheads, nheads_k, hdim, page = 3, 2048, 8, 2, SWEEP_HDIMS[0], 64
+    torch.manual_seed(13)
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=13)
+    pk, pv, block_table = _cache(batch, capacity, nheads_k, hdim, page, seed=14)
+    for b in range(batch):  # the same data in the paged cache
+        for p in range(capacity // page):
+            pk[block_table[b, p]] = k_cache[b, p * page:(p + 1) * page]
+            pv[block_table[b, p]] = v_cache[b, p * page:(p + 1) * page]
+    q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.tensor([2048, 1, 999], dtype=torch.int32, device="cuda")
+    max_splits = capacity // 64  # one K/V block (64 keys) per split
+    for num_splits in list(range(1, 9)) + [max_splits, 128]:
+        out = _check(q, k_cache, v_cache, cache_seqlens=lengths, num_splits=num_splits)[0]
+        paged = attention_with_kvcache(q, pk, pv, cache_seqlens=lengths, block_table=block_table,
+                                       num_splits=num_splits)
+        assert torch.equal(out, paged), f"paged != contiguous at num_splits={num_splits}"
+
+
+def test_cuda_graph_generate_loop():
+    """8 decode steps captured once and replayed while cache_seqlens, the new k/v and q change."""
+    batch, capacity, nheads, nheads_k, hdim = 3, 1024, 8, 2, SWEEP_HDIMS[0]
+    torch.manual_seed(17)
+    k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, 16, seed=17)
+    k_eager, v_eager = k_cache.clone(), v_cache.clone()
+    q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    k_new = torch.randn(batch, 1, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v_new = torch.randn_like(k_new)
+    lengths = torch.tensor([10, 500, 900], dtype=torch.int32, device="cuda")
+    call = lambda kc, vc: attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lengths,  # noqa: E731
+                                                 block_table=block_table, causal=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(k_eager.clone(), v_eager.clone())  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_graph = call(k_cache, v_cache)
+    for step in range(8):
+        q.normal_(), k_new.normal_(), v_new.normal_()
+        graph.replay()
+        out_eager = call(k_eager, v_eager)
+        torch.cuda.synchronize()
+        assert torch.equal(out_graph, out_eager), f"step {step}: replay differs from eager"
+        assert torch.equal(k_cache, k_eager) and torch.equal(v_cache, v_eager), f"step {step}: caches differ"
+        lengths += 1
+
+
+def test_compile_and_opcheck():
+    batch, capacity, nheads, nheads_k, hdim = 2, 256, 4, 2, SWEEP_HDIMS[0]
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=21)
+    q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    k = torch.randn(batch, 1, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v = torch.randn_like(k)
+    lengths = torch.tensor([3, 200], dtype=torch.int32, device="cuda")
+    kc, vc = k_cache.clone(), v_cache.clone()
+    eager = attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lengths)
+    compiled = torch.compile(attention_with_kvcache, fullgraph=True)
+    kc2, vc2 = k_cache.clone(), v_cache.clone()
+    assert torch.equal(compiled(q, kc2, vc2, k, v, cache_seqlens=lengths), eager)
+    assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
+    torch.library.opcheck(torch.ops.flash_attn_cuda.fwd_kvcache,
+                          (q, k_cache.clone(), v_cache.clone(), k, v, None, None, lengths, None, None, None,
+                           hdim ** -0.5, False, -1, -1, 0.0, True, None, 0))
