@@ -11,7 +11,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims
+from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims, require_extension
 from ._validate import (FLT_MAX, FLT_MIN, check_alibi_slopes, check_attention_inputs, check_softcap,
                         check_softmax_scale, check_varlen_inputs, check_window_size)
 
@@ -105,6 +105,7 @@ def attention(
         out: (batch, seqlen_q, nheads, headdim), the dtype of q; and if return_lse,
         lse: (batch, nheads, seqlen_q) float32.
     """
+    require_extension()
     # While torch.compile traces, storage offsets and the GPU are out of reach: the op's C++
     # side checks alignment and capability on the real tensors at run time.
     compiling = torch.compiler.is_compiling()
@@ -152,6 +153,7 @@ def attention_varlen(
     The cu_seqlens values are checked (one device-to-host copy) on the first call with a given
     unmodified pair of tensors, never while torch.compile traces.
     """
+    require_extension()
     compiling = torch.compiler.is_compiling()
     _, batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    compiled_head_dims(), compiled_dtypes(),
