@@ -240,3 +240,18 @@ def test_missing_extension_is_one_clear_error(monkeypatch):
     with pytest.raises(RuntimeError, match=message):
         attention_varlen(q[0], q[0], q[0], cu, cu, 4, 4)
 
+
+@needs_extension
+def test_raw_op_refuses_cpu_tensors_in_one_line():
+    """The raw ops on CPU tensors: one short RuntimeError naming the op and the tensor, not the
+    dispatcher's page about missing backends."""
+    q, lse = torch.zeros(1, 4, 2, HDIM, dtype=DTYPE), torch.zeros(1, 2, 4)
+    q3, cu = q[0], torch.tensor([0, 4], dtype=torch.int32)
+    calls = [("fwd", "q", (q, q, q, 0.125, False)), ("fwd_varlen", "q", (q3, q3, q3, cu, cu, 4, 4, 0.125, False))]
+    if _ops.HAS_BACKWARD:
+        calls += [("bwd", "dout", (q, q, q, q, q, lse, 0.125, False)),
+                  ("bwd_varlen", "dout", (q3, q3, q3, q3, q3, lse[0], cu, cu, 4, 4, 0.125, False))]
+    for name, tensor, args in calls:
+        with pytest.raises(RuntimeError) as error:
+            getattr(torch.ops.flash_attn_cuda, name)(*args)
+        assert str(error.value).strip() == f"flash_attn_cuda::{name}: expected CUDA tensors, got {tensor} on cpu"
