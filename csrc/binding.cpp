@@ -516,6 +516,21 @@ std::vector<std::string> compiled_dtypes() {
   return names;
 }
 
+// Every tensor op's CPU kernel: one line naming the op and the first CPU tensor argument, instead
+// of the dispatcher's list of backends the op has no kernel for.
+void refuse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const auto values = torch::jit::last(*stack, arguments.size());
+  std::string name = "a tensor";
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (values[i].isTensor() && values[i].toTensor().is_cpu()) {
+      name = arguments[i].name();
+      break;
+    }
+  }
+  TORCH_CHECK(false, op.schema().name(), ": expected CUDA tensors, got ", name, " on cpu");
+}
+
 }  // namespace
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
@@ -546,6 +561,16 @@ TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", &bwd);
   m.impl("bwd_varlen", &bwd_varlen);
+#endif
+}
+
+TORCH_LIBRARY_IMPL(flash_attn_cuda, CPU, m) {
+  const auto refuse = [] { return torch::CppFunction::makeFromBoxedFunction<&refuse_cpu>(); };
+  m.impl("fwd", refuse());
+  m.impl("fwd_varlen", refuse());
+#ifdef FLASH_ATTN_CUDA_BACKWARD
+  m.impl("bwd", refuse());
+  m.impl("bwd_varlen", refuse());
 #endif
 }
 

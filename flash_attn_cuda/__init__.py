@@ -10,12 +10,14 @@ from typing import Optional, Tuple, Union
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims
+from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims, require_extension
+from .kvcache import attention_with_kvcache
 from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softcap_combination,
                         check_softmax_scale, check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
-__all__ = ["attention", "attention_varlen", "compiled_head_dims", "compiled_dtypes", "__version__"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compiled_head_dims", "compiled_dtypes",
+           "__version__"]
 
 
 def _check_flash_attn_only_args(dropout_p: float, return_attn_probs: bool) -> None:
@@ -99,6 +101,7 @@ def attention(
         out: (batch, seqlen_q, nheads, headdim), the dtype of q; and if return_lse,
         lse: (batch, nheads, seqlen_q) float32.
     """
+    require_extension()
     # While torch.compile traces, storage offsets and the GPU are out of reach: the op's C++
     # side checks alignment and capability on the real tensors at run time.
     compiling = torch.compiler.is_compiling()
@@ -146,6 +149,7 @@ def attention_varlen(
     The cu_seqlens values are checked (one device-to-host copy) on the first call with a given
     unmodified pair of tensors, never while torch.compile traces.
     """
+    require_extension()
     compiling = torch.compiler.is_compiling()
     _, batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    compiled_head_dims(), compiled_dtypes(),

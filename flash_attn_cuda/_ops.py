@@ -1,37 +1,51 @@
 """Loads the compiled kernels and wires the raw op into torch.library: fake (meta) impl for
-torch.compile, and an autograd registration."""
+torch.compile, and an autograd registration. Without the compiled extension (a fresh clone) the
+package still imports: nothing is registered, and attention() raises require_extension()'s error."""
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Optional
 
 import torch
 
+_C: Optional[ModuleType] = None
+_C_IMPORT_ERROR: Optional[ImportError] = None
 try:
-    from . import _C  # noqa: F401  (registers torch.ops.flash_attn_cuda.*)
-except ImportError as e:  # pragma: no cover - exercised only on broken installs
-    raise ImportError(
-        "flash_attn_cuda: the compiled extension flash_attn_cuda._C is missing or failed to load "
-        f"({e}). Build it with `pip install --no-build-isolation .` (see README)."
-    ) from e
+    _C = importlib.import_module(f"{__package__}._C")  # registers torch.ops.flash_attn_cuda.*
+except ImportError as e:
+    _C_IMPORT_ERROR = e
+HAS_EXTENSION: bool = _C is not None
 
 _ops = torch.ops.flash_attn_cuda
 
 
+def require_extension() -> None:
+    """Raise one RuntimeError saying how to build the extension when flash_attn_cuda._C did not load."""
+    if not HAS_EXTENSION:
+        raise RuntimeError(
+            f"flash_attn_cuda: the compiled extension flash_attn_cuda._C is not built or failed to load "
+            f"({type(_C_IMPORT_ERROR).__name__}: {_C_IMPORT_ERROR}). Build it in the checkout with `make install` "
+            "(= `pip install --no-build-isolation --no-deps -e .`; needs a CUDA toolkit, see README)")
+
+
 # Read once at import: fixed for the life of the library, and plain Python values keep
-# torch.compile from tracing into these ops.
-_COMPILED_HEAD_DIMS: tuple[int, ...] = tuple(_ops.compiled_head_dims())
-_COMPILED_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in _ops.compiled_dtypes())
+# torch.compile from tracing into these ops. Empty / False without the extension.
+_COMPILED_HEAD_DIMS: tuple[int, ...] = tuple(_ops.compiled_head_dims()) if HAS_EXTENSION else ()
+_COMPILED_DTYPES: tuple[torch.dtype, ...] = (tuple(getattr(torch, name) for name in _ops.compiled_dtypes())
+                                              if HAS_EXTENSION else ())
 
 
 def compiled_head_dims() -> tuple[int, ...]:
-    """Head dims this build compiled kernels for (FLASH_ATTN_CUDA_HDIMS)."""
+    """Head dims this build compiled kernels for (FLASH_ATTN_CUDA_HDIMS); () without the extension."""
     return _COMPILED_HEAD_DIMS
 
 
 def compiled_dtypes() -> tuple[torch.dtype, ...]:
-    """Element types this build compiled kernels for (FLASH_ATTN_CUDA_DTYPES)."""
+    """Element types this build compiled kernels for (FLASH_ATTN_CUDA_DTYPES); () without the extension."""
     return _COMPILED_DTYPES
 
 
-@torch.library.register_fake("flash_attn_cuda::fwd")
 def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-1, window_right=-1, softcap=0.0,
               alibi_slopes=None):
     # out: (batch, seqlen_q, nheads, headdim) contiguous like the kernel's; lse: (batch, nheads, seqlen_q) fp32
@@ -42,9 +56,11 @@ def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-
 
 
 # Builds with FLASH_ATTN_CUDA_BACKWARD=0 (forward only, faster to compile) have no backward op.
-HAS_BACKWARD: bool = bool(_ops.has_backward())
+HAS_BACKWARD: bool = HAS_EXTENSION and bool(_ops.has_backward())
 # Builds with FLASH_ATTN_CUDA_FEATURES=0 have no window/softcap/ALiBi/varlen kernels (fwd_launch.h).
-HAS_FEATURES: bool = bool(_ops.has_features())
+HAS_FEATURES: bool = HAS_EXTENSION and bool(_ops.has_features())
+# Builds with FLASH_ATTN_CUDA_KVCACHE=0 have no KV-cache (decode) op (binding_kvcache.cpp).
+HAS_KVCACHE: bool = HAS_EXTENSION and hasattr(_ops, "fwd_kvcache")
 
 
 # fwd's arguments after q, k, v with their schema defaults (softmax_scale and causal have none).
@@ -84,19 +100,14 @@ def _fwd_backward(ctx, grad_out, grad_lse):
     return (dq, dk, dv) + (None,) * len(_FWD_DEFAULTS)
 
 
-torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_context=_fwd_setup_context)
-
-if HAS_BACKWARD:
-    @torch.library.register_fake("flash_attn_cuda::bwd")
-    def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic=False, window_left=-1,
-                  window_right=-1, softcap=0.0, alibi_slopes=None):
-        # dq like q, dk/dv like k/v (contiguous)
-        return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-                torch.empty(k.shape, dtype=k.dtype, device=k.device),
-                torch.empty(v.shape, dtype=v.dtype, device=v.device))
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic=False, window_left=-1,
+              window_right=-1, softcap=0.0, alibi_slopes=None):
+    # dq like q, dk/dv like k/v (contiguous)
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
 
-@torch.library.register_fake("flash_attn_cuda::fwd_varlen")
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                      deterministic=False, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
     # out: (total_q, nheads, headdim) like q; lse: (nheads, total_q) fp32
@@ -124,15 +135,22 @@ def _fwd_varlen_backward(ctx, grad_out, grad_lse):
     return (dq, dk, dv) + (None,) * (4 + len(_FWD_DEFAULTS))
 
 
-torch.library.register_autograd("flash_attn_cuda::fwd_varlen", _fwd_varlen_backward,
-                                setup_context=_fwd_varlen_setup_context)
+def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     softmax_scale, causal, deterministic=False, window_left=-1, window_right=-1, softcap=0.0,
+                     alibi_slopes=None):
+    # dq like q, dk/dv like k/v (contiguous, packed)
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
-if HAS_BACKWARD:
-    @torch.library.register_fake("flash_attn_cuda::bwd_varlen")
-    def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                         softmax_scale, causal, deterministic=False, window_left=-1, window_right=-1, softcap=0.0,
-                         alibi_slopes=None):
-        # dq like q, dk/dv like k/v (contiguous, packed)
-        return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-                torch.empty(k.shape, dtype=k.dtype, device=k.device),
-                torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+# The ops exist only when the extension loaded: register their fake impls and autograd then.
+if HAS_EXTENSION:
+    torch.library.register_fake("flash_attn_cuda::fwd", _fwd_fake)
+    torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_context=_fwd_setup_context)
+    torch.library.register_fake("flash_attn_cuda::fwd_varlen", _fwd_varlen_fake)
+    torch.library.register_autograd("flash_attn_cuda::fwd_varlen", _fwd_varlen_backward,
+                                    setup_context=_fwd_varlen_setup_context)
+    if HAS_BACKWARD:
+        torch.library.register_fake("flash_attn_cuda::bwd", _bwd_fake)
+        torch.library.register_fake("flash_attn_cuda::bwd_varlen", _bwd_varlen_fake)

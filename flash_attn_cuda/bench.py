@@ -166,7 +166,8 @@ def make_bwd(impl: str, inputs: List[tuple], causal: bool,
 def _check_backward(impl: str) -> None:
     """Raise (as a backend would) when impl has no backward in this build."""
     if impl == "flash_attn_cuda":
-        from flash_attn_cuda._ops import HAS_BACKWARD
+        from flash_attn_cuda._ops import HAS_BACKWARD, require_extension
+        require_extension()
         if not HAS_BACKWARD:
             raise NotImplementedError("this flash_attn_cuda build has no backward "
                                       "(flash_attn_cuda._ops.HAS_BACKWARD is False; see FLASH_ATTN_CUDA_BACKWARD)")

@@ -56,14 +56,8 @@ from typing import NamedTuple, Optional, Tuple, Union
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-try:
-    from . import _validate
-except ImportError:  # loaded by file path (CPU tests while the package needs the compiled _C)
-    import importlib.util as _util
-    import pathlib as _pathlib
-    _spec = _util.spec_from_file_location("_validate", _pathlib.Path(__file__).with_name("_validate.py"))
-    _validate = _util.module_from_spec(_spec)
-    _spec.loader.exec_module(_validate)
+from . import _validate
+from ._ops import HAS_KVCACHE, compiled_dtypes, compiled_head_dims, require_extension
 
 # The raw op, registered by the C++ extension; the mutation annotations (a!)/(b!) tell
 # torch.compile that the caches are written in place.
@@ -362,7 +356,10 @@ def attention_with_kvcache(
                                 cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
                                 rotary_interleaved, alibi_slopes, num_splits,
                                 check_device=not compiling and not is_fake(q), check_alignment=not compiling)
-    from ._ops import compiled_dtypes, compiled_head_dims   # lazy: the compiled extension
+    require_extension()
+    if not HAS_KVCACHE:
+        raise ValueError("flash_attn_cuda: attention_with_kvcache needs the KV-cache kernels, which this build left "
+                         "out (FLASH_ATTN_CUDA_KVCACHE=0); rebuild without that flag")
     _validate.check_compiled(q.dtype, q.shape[-1], compiled_head_dims(), compiled_dtypes())
     out, lse = torch.ops.flash_attn_cuda.fwd_kvcache(*args)
     return (out, lse) if return_softmax_lse else out
@@ -371,11 +368,14 @@ def attention_with_kvcache(
 def fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                      cache_leftpad, block_table, softmax_scale, causal, window_left, window_right, softcap,
                      rotary_interleaved, alibi_slopes, num_splits) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Fake (meta) implementation of fwd_kvcache for torch.compile (register with
-    torch.library.register_fake("flash_attn_cuda::fwd_kvcache")): out (batch, seqlen_q, nheads,
+    """Fake (meta) implementation of fwd_kvcache for torch.compile (registered by _ops): out (batch, seqlen_q, nheads,
     headdim) contiguous in q's dtype, lse (batch, nheads, seqlen_q) float32; the caches' in-place
     update is declared by the schema."""
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
     return out, lse
+
+
+if HAS_KVCACHE:
+    torch.library.register_fake("flash_attn_cuda::fwd_kvcache")(fwd_kvcache_fake)

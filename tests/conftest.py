@@ -1,20 +1,61 @@
+"""Runs the tests against this checkout's package, and skips (never passes) what this machine
+cannot run: `gpu` tests without a CUDA GPU, `gpu` and `extension` tests without a built
+flash_attn_cuda._C. A _C that is built but fails to load is not skipped: those tests fail."""
+import pathlib
+import sys
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "flash_attn_cuda"
+# Ahead of site-packages, editable installs and the working directory, which may be another clone.
+sys.path.insert(0, str(ROOT))
 
-def pytest_collection_modifyitems(config, items):
-    # GPU tests are skipped (never passed) on machines without a CUDA device.
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (sm80+); run scripts/gpu_check.sh on the GPU host")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+import flash_attn_cuda  # noqa: E402
+
+
+def _wrong_checkout() -> str:
+    """Why the imported package is not this checkout's ('' when it is)."""
+    if pathlib.Path(flash_attn_cuda.__file__).resolve().parent != PACKAGE:
+        return f"imported flash_attn_cuda from {flash_attn_cuda.__file__}, not from this checkout ({PACKAGE})"
+    loaded = flash_attn_cuda._ops._C
+    if loaded is not None and pathlib.Path(loaded.__file__).resolve().parent != PACKAGE:
+        return f"loaded flash_attn_cuda._C from {loaded.__file__}, not from this checkout ({PACKAGE})"
+    return ""
+
+
+def _not_built() -> str:
+    """The skip reason when this checkout has no flash_attn_cuda._C for this Python ('' when it has one,
+    loaded or not)."""
+    err = flash_attn_cuda._ops._C_IMPORT_ERROR
+    if isinstance(err, ModuleNotFoundError) and err.name == "flash_attn_cuda._C":
+        return "flash_attn_cuda._C not built (make install)"
+    return ""
+
+
+GPU_REASON = "needs a CUDA GPU (sm80+); run scripts/gpu_check.sh on the GPU host"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped without one")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU and flash_attn_cuda._C; skipped without them")
+    config.addinivalue_line("markers", "extension: needs flash_attn_cuda._C (not a GPU); skipped when not built")
+    wrong = _wrong_checkout()
+    if wrong:
+        raise pytest.UsageError(f"{wrong}: the tests would not test this checkout (was flash_attn_cuda imported "
+                                "before the tests started?)")
+
+
+def pytest_collection_modifyitems(config, items):
+    no_gpu, not_built = not torch.cuda.is_available(), _not_built()
+    for item in items:
+        gpu = item.get_closest_marker("gpu") is not None
+        reasons = [GPU_REASON] if gpu and no_gpu else []
+        if not_built and (gpu or item.get_closest_marker("extension")):
+            reasons.append(not_built)
+        if reasons:
+            item.add_marker(pytest.mark.skip(reason="; ".join(reasons)))
 
 
 @pytest.fixture

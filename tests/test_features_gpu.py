@@ -4,19 +4,16 @@ twice PyTorch's own low-precision error plus a small epsilon. Outputs are poison
 import pytest
 import torch
 from fa2_checks import assert_fa2_close, assert_grads_fa2_close, assert_lse_close, poison
+import flash_attn_cuda
+from flash_attn_cuda import attention
+from flash_attn_cuda.reference import attention_ref
 
 pytestmark = pytest.mark.gpu
 
-if torch.cuda.is_available():
-    import flash_attn_cuda
-    from flash_attn_cuda import attention
-    from flash_attn_cuda.reference import attention_ref
-
-    HDIMS = flash_attn_cuda.compiled_head_dims()
-    DTYPES = flash_attn_cuda.compiled_dtypes()
-    HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
-else:
-    HDIMS, DTYPES, HAS_BACKWARD = (64,), (torch.bfloat16,), False
+# Without a GPU or the extension conftest skips every test here: the lists only need to exist.
+HDIMS = flash_attn_cuda.compiled_head_dims() or (64,)
+DTYPES = flash_attn_cuda.compiled_dtypes() or (torch.bfloat16,)
+HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
 
 SEQLENS = [(1, 1), (113, 203), (256, 256), (1000, 255), (255, 1000), (1337, 1337)]
 # (window_size, causal, softcap)

@@ -2,8 +2,6 @@
 reference in float64 (rotary, append, paged == contiguous, left padding, split-KV combine)
 against direct formulas and attention_ref, and every validation error of the public function on
 fake CUDA tensors, plus the op's schema and fake implementation under torch.library.opcheck."""
-import importlib
-import importlib.util
 import inspect
 import math
 import pathlib
@@ -12,21 +10,7 @@ import pytest
 import torch
 
 
-def _load(name):
-    """flash_attn_cuda.<name>, or the file on its own while the package cannot be imported
-    without the compiled extension (neither module needs it)."""
-    try:
-        return importlib.import_module(f"flash_attn_cuda.{name}")
-    except ImportError:
-        path = pathlib.Path(__file__).resolve().parents[1] / "flash_attn_cuda" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"_test_kvcache_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-
-reference = _load("reference")
-kvcache = _load("kvcache")
+from flash_attn_cuda import kvcache, reference  # noqa: E402  (the package imports without _C)
 attention_ref = reference.attention_ref
 kvcache_reference = reference.kvcache_reference
 

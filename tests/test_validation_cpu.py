@@ -1,26 +1,32 @@
 """Input validation and the fake (meta) implementation, on fake CUDA tensors: runs without a
-GPU, exactly as torch.compile sees the op while tracing."""
+GPU, exactly as torch.compile sees the op while tracing. Tests that reach the op (its fake impl,
+autograd wiring, the raw op's checks) need the built extension; the validators alone do not."""
 import pytest
 import torch
 
 import flash_attn_cuda
-from flash_attn_cuda import attention
-from flash_attn_cuda._validate import check_attention_inputs
+from flash_attn_cuda import _ops, attention
+from flash_attn_cuda._validate import MAX_HEAD_DIM, SUPPORTED_DTYPES, check_attention_inputs
 
-HDIM = flash_attn_cuda.compiled_head_dims()[0]
-DTYPE = flash_attn_cuda.compiled_dtypes()[0]
+needs_extension = pytest.mark.extension
+# A compiled head dim and dtype; without the extension (those tests skip), a default build's.
+HDIM = (flash_attn_cuda.compiled_head_dims() or (64,))[0]
+DTYPE = (flash_attn_cuda.compiled_dtypes() or (torch.bfloat16,))[0]
+ALL_HEAD_DIMS = tuple(range(32, MAX_HEAD_DIM + 1, 32))
 
 
 def t(*shape, dtype=DTYPE, device="cuda"):
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
+@needs_extension
 def test_build_reports_what_it_compiled():
     assert set(flash_attn_cuda.compiled_head_dims()) <= {32, 64, 96, 128, 160, 192, 224, 256}
     assert len(flash_attn_cuda.compiled_head_dims()) >= 1
     assert set(flash_attn_cuda.compiled_dtypes()) <= {torch.float16, torch.bfloat16}
 
 
+@needs_extension
 def test_fake_op_shapes(fake):
     q, k, v = t(2, 100, 8, HDIM), t(2, 37, 2, HDIM), t(2, 37, 2, HDIM)
     out, lse = attention(q, k, v, causal=True, return_lse=True)
@@ -29,6 +35,7 @@ def test_fake_op_shapes(fake):
     assert attention(q, k, v).shape == q.shape
 
 
+@needs_extension
 def test_strided_views_are_accepted(fake):
     q = t(2, 8, 100, HDIM).transpose(1, 2)  # (2, 100, 8, d) with head-major strides
     assert attention(q, q, q).shape == (2, 100, 8, HDIM)
@@ -57,10 +64,17 @@ BAD = [
 ]
 
 
+def _validators(q, k, v):
+    """What attention() checks q, k, v with, against a full build's head dims and dtypes."""
+    check_attention_inputs(q, k, v, ALL_HEAD_DIMS, SUPPORTED_DTYPES, check_device=False)
+
+
+@pytest.mark.parametrize("entry", [pytest.param(attention, marks=needs_extension), _validators],
+                         ids=["attention", "validators"])
 @pytest.mark.parametrize("desc,build,exc,msg", BAD, ids=[b[0] for b in BAD])
-def test_bad_inputs_raise_one_clear_exception(fake, desc, build, exc, msg):
+def test_bad_inputs_raise_one_clear_exception(fake, desc, build, exc, msg, entry):
     with pytest.raises(exc, match=msg):
-        attention(*build())
+        entry(*build())
 
 
 def test_uncompiled_head_dim_and_dtype_are_reported(fake):
@@ -78,6 +92,7 @@ def test_head_dim_rounds_up_to_next_compiled(fake):
     assert check_attention_inputs(q, q, q, (64, 128, 256), (DTYPE,), check_device=False) == 64
 
 
+@needs_extension
 @pytest.mark.parametrize("scale", [0.0, -0.125, float("nan"), float("inf"), 1e-45, 1e39])
 def test_bad_softmax_scale_raises(fake, scale):
     # The kernels take the row max of raw scores: a scale <= 0 or a non-normal float32 would
@@ -87,6 +102,7 @@ def test_bad_softmax_scale_raises(fake, scale):
         attention(q, q, q, softmax_scale=scale)
 
 
+@needs_extension
 def test_softmax_scale_type_and_good_values(fake):
     q = t(1, 4, 2, HDIM)
     with pytest.raises(TypeError, match="softmax_scale"):
@@ -95,6 +111,7 @@ def test_softmax_scale_type_and_good_values(fake):
         assert attention(q, q, q, softmax_scale=scale).shape == q.shape
 
 
+@needs_extension
 def test_seqlen_limit(fake):
     from flash_attn_cuda._validate import MAX_SEQLEN
     q = t(1, MAX_SEQLEN + 1, 1, HDIM)
@@ -102,6 +119,7 @@ def test_seqlen_limit(fake):
         attention(q, q, q)
 
 
+@needs_extension
 def test_backward_fake_shapes(fake):
     if not flash_attn_cuda._ops.HAS_BACKWARD:
         pytest.skip("built without FLASH_ATTN_CUDA_BACKWARD=1")
@@ -112,6 +130,7 @@ def test_backward_fake_shapes(fake):
     assert dq.dtype == dk.dtype == dv.dtype == DTYPE
 
 
+@needs_extension
 def test_autograd_wiring(fake):
     """out is differentiable, lse is not; the backward either calls the bwd op (backward
     builds) or raises NotImplementedError naming the build flag."""
@@ -135,6 +154,7 @@ def test_autograd_wiring(fake):
             _ops._fwd_backward(ctx, torch.empty_like(out), None)
 
 
+@needs_extension
 def test_varlen_fake_shapes_and_autograd_wiring(fake):
     """attention_varlen on fake tensors: output/LSE shapes, and the backward calls bwd_varlen
     (backward builds) with gradients shaped like the packed inputs."""
@@ -160,6 +180,7 @@ def test_varlen_fake_shapes_and_autograd_wiring(fake):
             _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
 
 
+@needs_extension
 def test_feature_options_refused_without_feature_kernels(fake, monkeypatch):
     """A FLASH_ATTN_CUDA_FEATURES=0 build (simulated here unless this is one) refuses the options
     that need the feature kernels with one ValueError naming the flag, and runs the rest."""
@@ -185,6 +206,7 @@ FLASH_ATTN_VARLEN_FUNC = FLASH_ATTN_FUNC[:3] + ["cu_seqlens_q", "cu_seqlens_k", 
                                                 "max_seqlen_k"] + FLASH_ATTN_FUNC[3:]
 
 
+@needs_extension
 def test_flash_attn_positional_order_and_unimplemented_args(fake):
     import inspect
 
@@ -203,3 +225,33 @@ def test_flash_attn_positional_order_and_unimplemented_args(fake):
     cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="dropout_p must be 0.0"):
         attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, 0.5)
+
+
+def test_missing_extension_is_one_clear_error(monkeypatch):
+    """Without flash_attn_cuda._C (simulated here unless this is a fresh clone) attention() and
+    attention_varlen() raise one RuntimeError saying how to build it, with the import error."""
+    from flash_attn_cuda import attention_varlen
+    monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
+    monkeypatch.setattr(_ops, "_C_IMPORT_ERROR", ModuleNotFoundError("No module named 'flash_attn_cuda._C'"))
+    q, cu = torch.empty(1, 4, 2, 64, dtype=torch.bfloat16), torch.tensor([0, 4], dtype=torch.int32)
+    message = r"flash_attn_cuda._C is not built .*No module named 'flash_attn_cuda._C'.*make install"
+    with pytest.raises(RuntimeError, match=message):
+        attention(q, q, q)
+    with pytest.raises(RuntimeError, match=message):
+        attention_varlen(q[0], q[0], q[0], cu, cu, 4, 4)
+
+
+@needs_extension
+def test_raw_op_refuses_cpu_tensors_in_one_line():
+    """The raw ops on CPU tensors: one short RuntimeError naming the op and the tensor, not the
+    dispatcher's page about missing backends."""
+    q, lse = torch.zeros(1, 4, 2, HDIM, dtype=DTYPE), torch.zeros(1, 2, 4)
+    q3, cu = q[0], torch.tensor([0, 4], dtype=torch.int32)
+    calls = [("fwd", "q", (q, q, q, 0.125, False)), ("fwd_varlen", "q", (q3, q3, q3, cu, cu, 4, 4, 0.125, False))]
+    if _ops.HAS_BACKWARD:
+        calls += [("bwd", "dout", (q, q, q, q, q, lse, 0.125, False)),
+                  ("bwd_varlen", "dout", (q3, q3, q3, q3, q3, lse[0], cu, cu, 4, 4, 0.125, False))]
+    for name, tensor, args in calls:
+        with pytest.raises(RuntimeError) as error:
+            getattr(torch.ops.flash_attn_cuda, name)(*args)
+        assert str(error.value).strip() == f"flash_attn_cuda::{name}: expected CUDA tensors, got {tensor} on cpu"

@@ -4,23 +4,20 @@ the float32 reference run sequence by sequence (reference.attention_varlen_ref),
 import pytest
 import torch
 from fa2_checks import assert_fa2_close, assert_grads_fa2_close, assert_lse_close, grads, poison
+import flash_attn_cuda
+from flash_attn_cuda import attention, attention_varlen
+from flash_attn_cuda.reference import attention_varlen_ref
 
 pytestmark = pytest.mark.gpu
 
-if torch.cuda.is_available():
-    import flash_attn_cuda
-    from flash_attn_cuda import attention, attention_varlen
-    from flash_attn_cuda.reference import attention_varlen_ref
+# Without a GPU or the extension conftest skips every test here: the lists only need to exist.
+HDIMS = flash_attn_cuda.compiled_head_dims() or (64,)
+DTYPES = flash_attn_cuda.compiled_dtypes() or (torch.bfloat16,)
+HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
 
-    HDIMS = flash_attn_cuda.compiled_head_dims()
-    DTYPES = flash_attn_cuda.compiled_dtypes()
-    HAS_BACKWARD = flash_attn_cuda._ops.HAS_BACKWARD
-else:
-    HDIMS, DTYPES, HAS_BACKWARD = (64,), (torch.bfloat16,), False
-
-# Without a GPU, conftest skips every test here for that reason alone.
-needs_backward = pytest.mark.skipif(torch.cuda.is_available() and not HAS_BACKWARD,
-                                    reason="this build has no backward (FLASH_ATTN_CUDA_BACKWARD=0)")
+# Without a GPU or the extension, conftest skips every test here for that reason alone.
+needs_backward = pytest.mark.skipif(torch.cuda.is_available() and flash_attn_cuda._ops.HAS_EXTENSION and
+                                    not HAS_BACKWARD, reason="this build has no backward (FLASH_ATTN_CUDA_BACKWARD=0)")
 
 # (lengths_q, lengths_k): empty sequences, ragged tiles, one long sequence, more keys than queries
 # and the reverse (causal rows that see no key), sequences longer than a 128-row scratch pad.
