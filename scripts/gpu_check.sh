@@ -4,7 +4,8 @@
 # tile sweeps. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
 #   summary.txt build.log tests.log bench.log results.tar.gz (h200_*.csv/md/png) check.log tune.log
 #   tune_bwd.log. FEATURES_BENCH=1 adds no file: its log is appended to bench.log and its
-#   h200_gqa.csv, h200_varlen.csv, h200_features.md go into results.tar.gz.
+#   h200_gqa.csv, h200_varlen.csv, h200_features.md go into results.tar.gz. DECODE_BENCH=1 likewise:
+#   log appended to bench.log, h200_decode.csv/md/png into results.tar.gz.
 # Needs the nvidia-cutlass wheel in .whl/ (no package registry there) unless CUTLASS_DIR is set.
 #
 #   scripts/gpu_check.sh                         build + tests + benchmark
@@ -15,6 +16,8 @@
 #   TUNE_BWD="128:64x128x8x2x4x2" scripts/gpu_check.sh          also run benchmarks/cpp/tune_bwd.sh
 #   FEATURES_BENCH=1 scripts/gpu_check.sh        also the GQA/varlen benchmark (make bench-features)
 #   SKIP_BENCH=1 FEATURES_BENCH=1 FEATURES_ARGS="--benches varlen" scripts/gpu_check.sh
+#   DECODE_BENCH=1 scripts/gpu_check.sh          also the KV-cache decode benchmark (make bench-decode)
+#   SKIP_BENCH=1 DECODE_BENCH=1 DECODE_ARGS="--heads 32:8 --layouts contiguous" scripts/gpu_check.sh
 #   SAVE_SO=1 scripts/gpu_check.sh               also put the built extension in $OUT as so.tgz.partNN
 #                                                (15 MB pieces; counted in the 8 files)
 #   PREBUILT=.prebuilt scripts/gpu_check.sh      skip the build: unpack DIR/so.tgz.part* (carried from a
@@ -98,6 +101,16 @@ if [ -n "${FEATURES_BENCH:-}" ]; then
   log "features bench rc=$frc"
   [ $frc -eq 0 ] || status=1
   [ -f "$results/h200_features.md" ] && grep -E "^(\||#)" "$results/h200_features.md"
+fi
+
+if [ -n "${DECODE_BENCH:-}" ]; then
+  log "decode benchmark (KV cache): ${DECODE_ARGS:-defaults}"
+  echo "== python -m flash_attn_cuda.bench_decode ${DECODE_ARGS:-}" >> "$OUT/bench.log"
+  python3 -m flash_attn_cuda.bench_decode ${DECODE_ARGS:-} --out "$results" >> "$OUT/bench.log" 2>&1
+  drc=$?
+  log "decode bench rc=$drc"
+  [ $drc -eq 0 ] || status=1
+  for f in "$results"/*_decode.md; do [ -f "$f" ] && grep -E "^(\||#|- d2d)" "$f"; done
 fi
 [ -n "$(ls -A "$results")" ] && tar -czf "$OUT/results.tar.gz" -C "$results" .
 
