@@ -6,7 +6,7 @@ export CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 BUILD ?= build/cpp
 
-.PHONY: install test bench bench-features bench-cpp clean FORCE
+.PHONY: install test bench bench-features bench-decode bench-cpp clean FORCE
 
 install:            ## build the extension in place and install the package (editable)
 	$(PYTHON) -m pip install --no-build-isolation --no-deps -e . -v
@@ -21,6 +21,9 @@ bench:              ## fwd, bwd, fwd+bwd vs SDPA backends on the FA2-paper grid 
 
 bench-features:     ## GQA (32 q / 8 K/V heads) and varlen vs SDPA (needs a GPU) -> benchmarks/results/<gpu>_{gqa,varlen}.csv, <gpu>_features.md
 	$(PYTHON) -m flash_attn_cuda.bench_features --out benchmarks/results
+
+bench-decode:       ## KV-cache decode (GQA 32/8, MHA 32/32; contiguous and paged) vs SDPA (needs a GPU) -> benchmarks/results/<gpu>_decode.{csv,md,png}
+	$(PYTHON) -m flash_attn_cuda.bench_decode --out benchmarks/results
 
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)

@@ -6,6 +6,7 @@
 #   tune_bwd.log. FEATURES_BENCH=1 adds no file: its log is appended to bench.log and its
 #   <gpu>_gqa.csv, <gpu>_varlen.csv, <gpu>_features.md go into results.tar.gz. <gpu> is the GPU's
 #   name as the benchmarks write it (flash_attn_cuda.bench.gpu_slug): h200 on the H200.
+#   DECODE_BENCH=1 likewise: log appended to bench.log, <gpu>_decode.csv/md/png into results.tar.gz.
 # Needs the nvidia-cutlass wheel in .whl/ (no package registry there) unless CUTLASS_DIR is set.
 #
 #   scripts/gpu_check.sh                         build + tests + benchmark
@@ -16,6 +17,8 @@
 #   TUNE_BWD="128:64x128x8x2x4x2" scripts/gpu_check.sh          also run benchmarks/cpp/tune_bwd.sh
 #   FEATURES_BENCH=1 scripts/gpu_check.sh        also the GQA/varlen benchmark (make bench-features)
 #   SKIP_BENCH=1 FEATURES_BENCH=1 FEATURES_ARGS="--benches varlen" scripts/gpu_check.sh
+#   DECODE_BENCH=1 scripts/gpu_check.sh          also the KV-cache decode benchmark (make bench-decode)
+#   SKIP_BENCH=1 DECODE_BENCH=1 DECODE_ARGS="--heads 32:8 --layouts contiguous" scripts/gpu_check.sh
 #   SAVE_SO=1 scripts/gpu_check.sh               also put the built extension in $OUT as so.tgz.partNN
 #                                                (15 MB pieces; counted in the 8 files)
 #   PREBUILT=.prebuilt scripts/gpu_check.sh      skip the build: unpack DIR/so.tgz.part* (carried from a
@@ -99,6 +102,16 @@ if [ -n "${FEATURES_BENCH:-}" ]; then
   log "features bench rc=$frc"
   [ $frc -eq 0 ] || status=1
   for md in "$results"/*_features.md; do [ -f "$md" ] && grep -E "^(\||#)" "$md"; done
+fi
+
+if [ -n "${DECODE_BENCH:-}" ]; then
+  log "decode benchmark (KV cache): ${DECODE_ARGS:-defaults}"
+  echo "== python -m flash_attn_cuda.bench_decode ${DECODE_ARGS:-}" >> "$OUT/bench.log"
+  python3 -m flash_attn_cuda.bench_decode ${DECODE_ARGS:-} --out "$results" >> "$OUT/bench.log" 2>&1
+  drc=$?
+  log "decode bench rc=$drc"
+  [ $drc -eq 0 ] || status=1
+  for f in "$results"/*_decode.md; do [ -f "$f" ] && grep -E "^(\||#|- d2d)" "$f"; done
 fi
 [ -n "$(ls -A "$results")" ] && tar -czf "$OUT/results.tar.gz" -C "$results" .
 
