@@ -17,9 +17,11 @@
 #include <tuple>
 #include <vector>
 
+#include "binding_common.h"
 #include "flash_api.h"
 
-namespace {
+// Shared with binding_kvcache.cpp through binding_common.h (declarations there).
+namespace flash_binding {
 
 // Numbers in error messages go through snprintf, never through an ostream: on the H200 host
 // (torch 2.11 wheel) streaming a double into TORCH_CHECK's message crashed the process with
@@ -37,7 +39,7 @@ std::string num(int64_t x) {
 }
 
 // ndim 4: (batch, seqlen, nheads, headdim); ndim 3: packed varlen (total_tokens, nheads, headdim).
-void check_input(const at::Tensor& t, const char* name, int64_t ndim = 4) {
+void check_input(const at::Tensor& t, const char* name, int64_t ndim) {
   TORCH_CHECK(t.is_cuda(), "flash_attn_cuda: ", name, " must be a CUDA tensor, got device ", t.device());
   TORCH_CHECK(t.dim() == ndim, "flash_attn_cuda: ", name, " must be ",
               ndim == 4 ? "4-D (batch, seqlen, nheads, headdim)" : "3-D (total_tokens, nheads, headdim)", ", got ",
@@ -93,14 +95,6 @@ void check_fwd_device(const at::Tensor& q, int64_t headdim, int headdim_rounded)
               " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
               props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
 }
-
-// Attention options both ops take after softmax_scale: the visible-key window and softcap.
-struct Options {
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  double softcap = 0.0;
-  const std::optional<at::Tensor>* alibi_slopes = nullptr;
-};
 
 // alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads); not with softcap.
 void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, int64_t batch, int64_t nheads,
@@ -531,7 +525,9 @@ void refuse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(false, op.schema().name(), ": expected CUDA tensors, got ", name, " on cpu");
 }
 
-}  // namespace
+}  // namespace flash_binding
+
+using namespace flash_binding;
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False, "

@@ -2,6 +2,7 @@
 // Torch side, like binding.cpp, whose checks and option handling it shares (binding_common.h).
 // Compiled only with FLASH_ATTN_CUDA_KVCACHE=1 (setup.py); the op is then registered here.
 #include "binding_common.h"
+#include "heuristics.h"
 
 namespace flash_binding {
 namespace {

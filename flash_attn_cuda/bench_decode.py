@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -170,7 +169,7 @@ def _attention_op() -> Callable[..., torch.Tensor]:
 
 def ours_fn(sets: List[tuple], layout: str, seed: int) -> Fn:
     """attention_with_kvcache over sets of (q, k, v) in layout (paged caches built here, untimed)."""
-    op, (q0, k0, _) = _kvcache_op(), sets[0]
+    op, k0 = _kvcache_op(), sets[0][1]
     batch, seqlen_k = k0.shape[:2]
     seqlens = torch.full((batch,), seqlen_k, dtype=torch.int32, device=k0.device)
     page = page_size(layout)
@@ -212,9 +211,7 @@ def time_graph(fn: Fn, n: int) -> float:
     with torch.cuda.graph(graph):
         for i in range(calls):
             fn(i % n)
-    ms = time_cuda(lambda _: graph.replay(), 1, min_reps=5)
-    del graph
-    return ms / calls
+    return time_cuda(lambda _: graph.replay(), 1, min_reps=5) / calls
 
 
 def time_call(fn: Fn, n: int, where: str) -> Tuple[float, str]:
@@ -500,7 +497,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{PROG}: no CUDA GPU found; the benchmark needs one.", file=sys.stderr)
         return 2
     info = RunInfo.current(argv, args.dtype, PROG)
-    args.prefix = args.prefix or gpu_slug(info.gpu)
+    args.prefix = args.prefix or bench.gpu_slug(info.gpu)
     rate = copy_rate()
     print(f"d2d copy: {rate / 1e9:.0f} GB/s (read+write)")
     rows, skipped = run(args, rate)

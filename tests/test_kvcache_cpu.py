@@ -4,7 +4,6 @@ against direct formulas and attention_ref, and every validation error of the pub
 fake CUDA tensors, plus the op's schema and fake implementation under torch.library.opcheck."""
 import inspect
 import math
-import pathlib
 
 import pytest
 import torch
