@@ -560,11 +560,15 @@ def test_window_rule_agrees_with_the_reference(fake, causal, window):
     assert (args.window_left, args.window_right) == reference.kvcache_window(causal, window, 128)
 
 
+@pytest.mark.extension
 def test_valid_call_reaches_the_op(fake):
     """Past validation the call goes to torch.ops.flash_attn_cuda.fwd_kvcache (its fake impl on
-    fake tensors). Every bad-input test above ran without the extension: the checks come first."""
-    try:
-        out, lse = kvcache.attention_with_kvcache(**base(), return_softmax_lse=True)
-    except ImportError:
-        pytest.skip("needs the compiled extension flash_attn_cuda._C")
-    assert out.shape == (2, 1, 4, 64) and lse.shape == (2, 4, 1) and lse.dtype == torch.float32
+    fake tensors), in a dtype and head dim this build compiled. Every bad-input test above ran
+    before that check: the validation comes first."""
+    from flash_attn_cuda import compiled_dtypes, compiled_head_dims
+    dtype, d = compiled_dtypes()[0], compiled_head_dims()[0]
+    call = dict(q=t(2, 1, 4, d, dtype=dtype), k_cache=t(2, 128, 2, d, dtype=dtype),
+                v_cache=t(2, 128, 2, d, dtype=dtype), k=t(2, 1, 2, d, dtype=dtype), v=t(2, 1, 2, d, dtype=dtype),
+                cache_seqlens=i32(2))
+    out, lse = kvcache.attention_with_kvcache(**call, return_softmax_lse=True)
+    assert out.shape == (2, 1, 4, d) and lse.shape == (2, 4, 1) and lse.dtype == torch.float32
