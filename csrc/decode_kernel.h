@@ -37,13 +37,18 @@ struct KvCacheSeq {
     pages = p.block_table != nullptr ? p.block_table + b * p.block_table_batch_stride : nullptr;
   }
 
-  // Element offset of slot a (0 <= a < capacity) in a cache with these batch (or page) and row strides.
+  // The page (paged) or cache row (contiguous) holding slot a (0 <= a < capacity): a memory read
+  // when paged, which the decode kernel issues a block ahead of its use.
+  CUTE_DEVICE int page_of(KvCacheParams const& p, int a) const {
+    return pages != nullptr ? min(max(pages[a / p.page_size], 0), p.num_pages - 1) : cache_row;
+  }
+  // Element offset of slot a in page (from page_of) of a cache with these batch (or page) and row strides.
+  CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int page, int a, int64_t batch_stride,
+                                  int64_t row_stride) const {
+    return page * batch_stride + int64_t(pages != nullptr ? a % p.page_size : a) * row_stride;
+  }
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int a, int64_t batch_stride, int64_t row_stride) const {
-    if (pages != nullptr) {
-      const int page = min(max(pages[a / p.page_size], 0), p.num_pages - 1);
-      return page * batch_stride + int64_t(a % p.page_size) * row_stride;
-    }
-    return cache_row * batch_stride + int64_t(a) * row_stride;
+    return slot_offset(p, page_of(p, a), a, batch_stride, row_stride);
   }
 };
 
@@ -155,27 +160,38 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
       cp_async_16(&sQ(r, c), static_cast<const Element*>(params.q_ptr) + off, ok);
     }
   };
-  // K/V block n into a stage: rows past the sequence (and columns past d) are zeros.
+  // K/V block n into a stage: rows past the sequence (and columns past d) are zeros. Thread tid
+  // copies chunk (tid % kChunks) of rows tid / kChunks + it * (kNThreads / kChunks). The pages of
+  // those rows are looked up (locate) one block before the copy, so a paged cache's block_table
+  // reads are in flight under the previous block's math instead of in front of the copy.
+  constexpr int kKvIters = kBlockN * kChunks / Traits::kNThreads;  // rows per thread per K/V block
+  static_assert(kBlockN * kChunks % Traits::kNThreads == 0 && Traits::kNThreads % kChunks == 0);
+  const int row_first = tid / kChunks, col = (tid % kChunks) * 8;
+  int page[kKvIters];  // page (or cache row) of each of this thread's rows of the block to load next
+  auto locate = [&](int n) {
+    CUTE_UNROLL
+    for (int it = 0; it < kKvIters; ++it) {
+      const int key = n * kBlockN + row_first + it * (Traits::kNThreads / kChunks);
+      page[it] = key < seq.seqlen_k ? seq.page_of(params, seq.leftpad + key) : 0;
+    }
+  };
   auto load_kv = [&](int n, int stage) {
     Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
     Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
-    static_assert(kBlockN * kChunks % Traits::kNThreads == 0);
     CUTE_UNROLL
-    for (int it = 0; it < kBlockN * kChunks / Traits::kNThreads; ++it) {
-      const int i = tid + it * Traits::kNThreads;
-      const int r = i / kChunks, c = (i % kChunks) * 8;
-      const int key = n * kBlockN + r;
-      const bool ok = key < seq.seqlen_k && c < params.headdim;
+    for (int it = 0; it < kKvIters; ++it) {
+      const int r = row_first + it * (Traits::kNThreads / kChunks), key = n * kBlockN + r;
+      const bool ok = key < seq.seqlen_k && col < params.headdim;
       int64_t k_off = 0, v_off = 0;
       if (ok) {
         const int slot = seq.leftpad + key;
-        k_off = seq.slot_offset(params, slot, params.k_batch_stride, params.k_row_stride) +
-                head_k * params.k_head_stride + c;
-        v_off = seq.slot_offset(params, slot, params.v_batch_stride, params.v_row_stride) +
-                head_k * params.v_head_stride + c;
+        k_off = seq.slot_offset(params, page[it], slot, params.k_batch_stride, params.k_row_stride) +
+                head_k * params.k_head_stride + col;
+        v_off = seq.slot_offset(params, page[it], slot, params.v_batch_stride, params.v_row_stride) +
+                head_k * params.v_head_stride + col;
       }
-      cp_async_16(&sK(r, c), static_cast<const Element*>(params.k_ptr) + k_off, ok);
-      cp_async_16(&sV(r, c), static_cast<const Element*>(params.v_ptr) + v_off, ok);
+      cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
+      cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
     }
   };
 
@@ -220,9 +236,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   load_q();  // in the first commit group, with block n_begin
   CUTE_UNROLL
   for (int s = 0; s < kStages - 1; ++s) {
-    if (n_begin + s < n_end) { load_kv(n_begin + s, s); }
+    if (n_begin + s < n_end) {
+      locate(n_begin + s);
+      load_kv(n_begin + s, s);
+    }
     cp_async_fence();
   }
+  if (n_begin + kStages - 1 < n_end) { locate(n_begin + kStages - 1); }
 
   // ---------------------------------------------------------------- MAIN LOOP
   // Block n sits in stage (n - n_begin) % kStages; kStages - 1 blocks are in flight while it is used.
@@ -233,6 +253,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
     __syncthreads();               // ... and every thread; every warp is done with block n - 1's stage
     if (n + kStages - 1 < n_end) { load_kv(n + kStages - 1, (i + kStages - 1) % kStages); }
     cp_async_fence();
+    if (n + kStages < n_end) { locate(n + kStages); }  // pages of the next block to load, read under this one's math
     if (i == 0) { copy(smem_copy_Q, smem_copy_Q.get_thread_slice(lane).partition_S(sQ),
                        smem_copy_Q.get_thread_slice(lane).retile_D(tSrQ)); }  // Q stays in registers
 

@@ -167,17 +167,17 @@ def _attention_op() -> Callable[..., torch.Tensor]:
     return attention
 
 
-def ours_fn(sets: List[tuple], layout: str, seed: int) -> Fn:
+def ours_fn(sets: List[tuple], layout: str, seed: int, num_splits: int = 0) -> Fn:
     """attention_with_kvcache over sets of (q, k, v) in layout (paged caches built here, untimed)."""
     op, k0 = _kvcache_op(), sets[0][1]
     batch, seqlen_k = k0.shape[:2]
     seqlens = torch.full((batch,), seqlen_k, dtype=torch.int32, device=k0.device)
     page = page_size(layout)
     if page is None:
-        return lambda i: op(sets[i][0], sets[i][1], sets[i][2], cache_seqlens=seqlens)
+        return lambda i: op(sets[i][0], sets[i][1], sets[i][2], cache_seqlens=seqlens, num_splits=num_splits)
     table = block_table(batch, seqlen_k, page, seed, str(k0.device))
     paged = [(q, to_paged(k, table, page), to_paged(v, table, page)) for q, k, v in sets]
-    return lambda i: op(*paged[i], cache_seqlens=seqlens, block_table=table)
+    return lambda i: op(*paged[i], cache_seqlens=seqlens, block_table=table, num_splits=num_splits)
 
 
 def sdpa_decode_fn(impl: str, sets: List[tuple]) -> Fn:
@@ -188,9 +188,9 @@ def sdpa_decode_fn(impl: str, sets: List[tuple]) -> Fn:
     return lambda i: attn(*native[i]).transpose(1, 2)
 
 
-def impl_fn(impl: str, layout: str, sets: List[tuple], seed: int) -> Fn:
+def impl_fn(impl: str, layout: str, sets: List[tuple], seed: int, num_splits: int = 0) -> Fn:
     if impl == "flash_attn_cuda":
-        return ours_fn(sets, layout, seed)
+        return ours_fn(sets, layout, seed, num_splits)
     if impl == "attention":
         op = _attention_op()
         return lambda i: op(*sets[i])
@@ -273,7 +273,7 @@ def shape_rows(args: argparse.Namespace, hq: int, hk: int, batch: int, seqlen_k:
         row = {"impl": IMPLS[impl], "layout": layout, **base}
         where = f"hq={hq} hk={hk} batch={batch} seqlen_k={seqlen_k} {row['impl']} {layout}"
         try:
-            fn = impl_fn(impl, layout, sets, args.seed)
+            fn = impl_fn(impl, layout, sets, args.seed, args.num_splits)
             if check(row, fn(0), ref):
                 ms, row["timing"] = time_call(fn, len(sets), where)
                 put_time(row, ms, rate)
@@ -462,6 +462,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--impls", default=DEFAULT_IMPLS, help=f"from {','.join(IMPLS)} (default {DEFAULT_IMPLS})")
     p.add_argument("--max-kv-gb", type=float, default=16.0, help="skip shapes whose K/V exceed this (GB, default 16)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-splits", type=int, default=0, help="attention_with_kvcache's num_splits (default 0: heuristic)")
     p.add_argument("--out", metavar="DIR", help="write PREFIX_decode.csv, PREFIX_decode.md, PREFIX_decode.png here")
     p.add_argument("--prefix", help="file name prefix for --out (default: the GPU, e.g. h200)")
     args = p.parse_args(argv)

@@ -224,7 +224,7 @@ def test_without_gpu_it_says_so_and_fails(capsys, tmp_path):
     assert not captured.out and not list(tmp_path.iterdir())
 
 
-def kvcache_stand_in(q, k_cache, v_cache, cache_seqlens=None, block_table=None):
+def kvcache_stand_in(q, k_cache, v_cache, cache_seqlens=None, block_table=None, num_splits=0):
     """attention_with_kvcache on the CPU: the float32 reference over the (gathered) cache, in q's dtype."""
     seqlen_k = int(cache_seqlens[0])
     if block_table is not None:
