@@ -19,9 +19,12 @@
 
 #include "binding_common.h"
 #include "flash_api.h"
+#include "heuristics.h"
 
 // Shared with binding_kvcache.cpp through binding_common.h (declarations there).
 namespace flash_binding {
+
+DecodeForward decode_forward = nullptr;
 
 // Numbers in error messages go through snprintf, never through an ostream: on the H200 host
 // (torch 2.11 wheel) streaming a double into TORCH_CHECK's message crashed the process with
@@ -252,6 +255,11 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
               "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
               num(seqlen_q), " and ", num(seqlen_k));
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
+  // Decode-like shapes (a few query rows per K/V head): the KV-cache kernel reads K/V once per GQA
+  // group and splits the keys across SMs (same out and lse, so the backward is unchanged).
+  if (decode_forward != nullptr && batch > 0 && flash::prefer_decode_kernel(seqlen_q, nheads / nheads_k)) {
+    return decode_forward(q, k, v, softmax_scale, opt);
+  }
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   check_fwd_device(q, headdim, headdim_rounded);

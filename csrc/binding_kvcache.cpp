@@ -44,6 +44,9 @@ void fill_cache(flash::KvCacheParams& p, const at::Tensor& q, const at::Tensor& 
     p.block_table = bt.data_ptr<int>();
     p.block_table_batch_stride = bt.stride(0);
     p.page_size = static_cast<int>(k_cache.size(1));
+    for (int shift = 0; shift < 31; ++shift) {
+      if ((1 << shift) == p.page_size) { p.page_shift = shift; }
+    }
     p.max_pages = static_cast<int>(bt.size(1));
     const int64_t capacity = bt.size(1) * k_cache.size(1);
     TORCH_CHECK(p.page_size > 0 && p.max_pages > 0 && capacity <= flash::kMaxSeqlen,
@@ -190,6 +193,17 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
   check_launch(err, p, "KV-cache");
   return {out, lse};
 }
+
+// fwd() on dense q, k, v (flash_attn_cuda.attention) as a full, unpaged cache: no append, no rotary.
+std::tuple<at::Tensor, at::Tensor> dense_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 double softmax_scale, const Options& opt) {
+  return fwd_kvcache(q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                     std::nullopt, std::nullopt, softmax_scale, opt.causal, opt.window_left, opt.window_right,
+                     opt.softcap, true, *opt.alibi_slopes, 0);
+}
+
+// Registers dense_forward with binding.cpp's fwd() when this file is part of the build.
+const bool registered = (decode_forward = &dense_forward, true);
 
 }  // namespace
 }  // namespace flash_binding

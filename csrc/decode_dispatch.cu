@@ -17,7 +17,8 @@ bool kvcache_params_supported(const KvCacheParams& p) {
          p.num_splits >= 1 && p.num_splits <= kMaxSplits &&
          (p.num_splits == 1 || (p.oaccum_ptr != nullptr && p.lse_accum_ptr != nullptr)) &&
          p.num_pages > 0 &&
-         (!paged || (p.page_size > 0 && p.max_pages > 0 && int64_t(p.max_pages) * p.page_size == p.seqlen_k)) &&
+         (!paged || (p.page_size > 0 && p.max_pages > 0 && int64_t(p.max_pages) * p.page_size == p.seqlen_k &&
+                     (p.page_shift < 0 || (p.page_shift < 31 && (1 << p.page_shift) == p.page_size)))) &&
          (p.seqlen_new == 0 || (p.knew_ptr != nullptr && p.vnew_ptr != nullptr)) &&
          (p.rotary_dim == 0 || (p.rotary_dim % 16 == 0 && p.rotary_dim <= p.headdim && p.seqlen_ro > 0 &&
                                 p.rotary_cos_ptr != nullptr && p.rotary_sin_ptr != nullptr && p.q_in_ptr != nullptr)) &&
@@ -45,7 +46,7 @@ int kvcache_num_splits(const KvCacheParams& p, int num_sms, int smem_per_sm) {
   const int64_t work = int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m);
   const int per_sm = std::max(1, std::min(2048 / tile.threads, smem_per_sm / (tile.smem_bytes + 1024)));
   const int n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
-  return num_splits_heuristic(int(std::min<int64_t>(work, 1 << 30)), num_sms * per_sm, n_blocks);
+  return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms * per_sm, n_blocks);
 }
 
 template <typename Element>

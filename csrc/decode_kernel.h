@@ -40,12 +40,16 @@ struct KvCacheSeq {
   // The page (paged) or cache row (contiguous) holding slot a (0 <= a < capacity): a memory read
   // when paged, which the decode kernel issues a block ahead of its use.
   CUTE_DEVICE int page_of(KvCacheParams const& p, int a) const {
-    return pages != nullptr ? min(max(pages[a / p.page_size], 0), p.num_pages - 1) : cache_row;
+    if (pages == nullptr) { return cache_row; }
+    const int index = p.page_shift >= 0 ? a >> p.page_shift : a / p.page_size;
+    return min(max(pages[index], 0), p.num_pages - 1);
   }
   // Element offset of slot a in page (from page_of) of a cache with these batch (or page) and row strides.
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int page, int a, int64_t batch_stride,
                                   int64_t row_stride) const {
-    return page * batch_stride + int64_t(pages != nullptr ? a % p.page_size : a) * row_stride;
+    int row = a;
+    if (pages != nullptr) { row = p.page_shift >= 0 ? a & (p.page_size - 1) : a % p.page_size; }
+    return page * batch_stride + int64_t(row) * row_stride;
   }
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int a, int64_t batch_stride, int64_t row_stride) const {
     return slot_offset(p, page_of(p, a), a, batch_stride, row_stride);

@@ -3,35 +3,34 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
 
 namespace flash {
 
 // Most key splits a KV-cache call may use (the combine reads num_splits partials per row).
 constexpr int kMaxSplits = 128;
 
-// How many splits of the key axis fill the GPU: FA2's rule (flash_api.cpp,
-// num_splits_heuristic), written for our decode tile. work_blocks thread blocks exist without
-// splitting; slots = SMs x thread blocks per SM; n_blocks = K/V blocks of the longest possible
-// sequence (the cache's capacity). No split when the work already fills 80 % of the slots;
-// else the fewest splits whose wave efficiency (waves / ceil(waves)) is within 85 % of the best,
-// skipping split counts that give every split the same number of blocks as one split fewer.
-inline int num_splits_heuristic(int work_blocks, int slots, int n_blocks, int max_splits = kMaxSplits) {
+// How many splits of the key axis the decode kernel (memory-bound) uses: none when the unsplit
+// thread blocks already fill 80 % of the GPU's slots (SMs x blocks per SM); else one full wave,
+// floor(slots / work_blocks) splits, but at least kMinBlocksPerSplit K/V blocks of the longest
+// possible sequence (n_blocks, from the cache's capacity) per split.
+// H200, bf16, GQA 32/8, d=128, batch 1 (slots 264, work 8), us for 8 / 16 / 32 / 64 / 128 splits:
+//   4k:   22.4 / 18.4 / 20.0 / 32.0 / 37.7   (this rule: 16)
+//   32k: 106.2 / 60.7 / 47.0 / 71.9 / 108.3  (this rule: 33)
+//   128k: 394 / 204 / 137.7 / 163 / 200      (this rule: 33; FA2's wave-efficiency rule took 29: 150.7)
+constexpr int kMinBlocksPerSplit = 4;
+inline int decode_num_splits(int work_blocks, int slots, int n_blocks) {
   if (work_blocks <= 0 || slots <= 0 || float(work_blocks) >= 0.8f * float(slots)) { return 1; }
-  max_splits = std::min({max_splits, slots, n_blocks});
-  auto eligible = [&](int s) { return s == 1 || (n_blocks + s - 1) / s != (n_blocks + s - 2) / (s - 1); };
-  auto efficiency = [&](int s) {
-    const float waves = float(work_blocks) * float(s) / float(slots);
-    return waves / std::ceil(waves);
-  };
-  float best = 0.f;
-  for (int s = 1; s <= max_splits; ++s) {
-    if (eligible(s)) { best = std::max(best, efficiency(s)); }
-  }
-  for (int s = 1; s <= max_splits; ++s) {
-    if (eligible(s) && efficiency(s) >= 0.85f * best) { return s; }
-  }
-  return 1;
+  const int wave = slots / work_blocks;
+  const int by_length = (n_blocks + kMinBlocksPerSplit - 1) / kMinBlocksPerSplit;
+  return std::max(1, std::min({wave, by_length, kMaxSplits}));
 }
+
+// Whether fwd() (flash_attn_cuda.attention) should run on the KV-cache kernel: when the query
+// rows of one K/V head (seqlen_q x GQA group) fit its 16-row packed tile. The FA2 forward would
+// give each query head a 128-row tile of which seqlen_q rows live and read K/V once per query
+// head (H200, GQA 32/8, d=128, one token: 0.13 TB/s at batch 1 x 32k, 0.7 TB/s at batch 64 x 8k;
+// the decode kernel: 2.9 and 4.1 TB/s, benchmarks/results/h200_decode.md).
+inline bool prefer_decode_kernel(int seqlen_q, int group) { return int64_t(seqlen_q) * group <= 16; }
 
 }  // namespace flash

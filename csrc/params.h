@@ -101,6 +101,7 @@ struct KvCacheParams : FwdParams {
   const int* block_table = nullptr;      // (batch, max_pages) page indices; null: contiguous cache
   int64_t block_table_batch_stride = 0;
   int page_size = 0;     // paged only
+  int page_shift = -1;   // log2(page_size) when it is a power of two (shift and mask, no division); else -1
   int num_pages = 0;     // paged: pages in the cache; contiguous: batch_cache (rows)
   int max_pages = 0;     // paged: block_table columns
 

@@ -106,10 +106,12 @@ def n_sets(set_bytes: int, l2_bytes: int) -> int:
     return min(MAX_SETS, max(1, math.ceil(2 * l2_bytes / set_bytes)))
 
 
-def block_table(batch: int, seqlen_k: int, page: int, seed: int, device: str = "cpu") -> torch.Tensor:
-    """(batch, ceil(seqlen_k / page)) int32: a seeded random permutation of all the pages."""
+def block_table(batch: int, seqlen_k: int, page: int, seed: Optional[int], device: str = "cpu") -> torch.Tensor:
+    """(batch, ceil(seqlen_k / page)) int32: a seeded random permutation of all the pages (seed
+    None: in order, sequence after sequence)."""
     pages = math.ceil(seqlen_k / page)
-    perm = torch.randperm(batch * pages, generator=torch.Generator().manual_seed(seed))
+    perm = (torch.arange(batch * pages) if seed is None
+            else torch.randperm(batch * pages, generator=torch.Generator().manual_seed(seed)))
     return perm.view(batch, pages).to(device=device, dtype=torch.int32)
 
 
@@ -167,7 +169,7 @@ def _attention_op() -> Callable[..., torch.Tensor]:
     return attention
 
 
-def ours_fn(sets: List[tuple], layout: str, seed: int, num_splits: int = 0) -> Fn:
+def ours_fn(sets: List[tuple], layout: str, seed: Optional[int], num_splits: int = 0) -> Fn:
     """attention_with_kvcache over sets of (q, k, v) in layout (paged caches built here, untimed)."""
     op, k0 = _kvcache_op(), sets[0][1]
     batch, seqlen_k = k0.shape[:2]
@@ -188,7 +190,7 @@ def sdpa_decode_fn(impl: str, sets: List[tuple]) -> Fn:
     return lambda i: attn(*native[i]).transpose(1, 2)
 
 
-def impl_fn(impl: str, layout: str, sets: List[tuple], seed: int, num_splits: int = 0) -> Fn:
+def impl_fn(impl: str, layout: str, sets: List[tuple], seed: Optional[int], num_splits: int = 0) -> Fn:
     if impl == "flash_attn_cuda":
         return ours_fn(sets, layout, seed, num_splits)
     if impl == "attention":
@@ -273,7 +275,7 @@ def shape_rows(args: argparse.Namespace, hq: int, hk: int, batch: int, seqlen_k:
         row = {"impl": IMPLS[impl], "layout": layout, **base}
         where = f"hq={hq} hk={hk} batch={batch} seqlen_k={seqlen_k} {row['impl']} {layout}"
         try:
-            fn = impl_fn(impl, layout, sets, args.seed, args.num_splits)
+            fn = impl_fn(impl, layout, sets, None if args.sorted_pages else args.seed, args.num_splits)
             if check(row, fn(0), ref):
                 ms, row["timing"] = time_call(fn, len(sets), where)
                 put_time(row, ms, rate)
@@ -462,6 +464,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--impls", default=DEFAULT_IMPLS, help=f"from {','.join(IMPLS)} (default {DEFAULT_IMPLS})")
     p.add_argument("--max-kv-gb", type=float, default=16.0, help="skip shapes whose K/V exceed this (GB, default 16)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sorted-pages", action="store_true", help="paged layouts: pages in order (default: shuffled)")
     p.add_argument("--num-splits", type=int, default=0, help="attention_with_kvcache's num_splits (default 0: heuristic)")
     p.add_argument("--out", metavar="DIR", help="write PREFIX_decode.csv, PREFIX_decode.md, PREFIX_decode.png here")
     p.add_argument("--prefix", help="file name prefix for --out (default: the GPU, e.g. h200)")

@@ -7,7 +7,7 @@ script=${1:-scripts/sanitize_kvcache.py}
 status=0
 for tool in memcheck racecheck synccheck; do
   log=${OUT:-/tmp}/sanitize_${tool}.log
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 \
     python3 "$script" > "$log" 2>&1
   rc=$?
   echo "sanitize $tool: rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_kvcache" "$log" | tr '\n' ' ')"
