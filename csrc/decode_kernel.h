@@ -165,17 +165,18 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
     }
   };
   // K/V block n into a stage: rows past the sequence (and columns past d) are zeros. Thread tid
-  // copies chunk (tid % kChunks) of rows tid / kChunks + it * (kNThreads / kChunks). The pages of
+  // copies the 16-B chunks tid + it * kNThreads (row-major over (kBlockN, kChunks)). The pages of
   // those rows are looked up (locate) one block before the copy, so a paged cache's block_table
   // reads are in flight under the previous block's math instead of in front of the copy.
-  constexpr int kKvIters = kBlockN * kChunks / Traits::kNThreads;  // rows per thread per K/V block
-  static_assert(kBlockN * kChunks % Traits::kNThreads == 0 && Traits::kNThreads % kChunks == 0);
-  const int row_first = tid / kChunks, col = (tid % kChunks) * 8;
-  int page[kKvIters];  // page (or cache row) of each of this thread's rows of the block to load next
+  constexpr int kKvIters = kBlockN * kChunks / Traits::kNThreads;  // chunks per thread per K/V block
+  static_assert(kBlockN * kChunks % Traits::kNThreads == 0);
+  auto chunk_row = [&](int it) { return (tid + it * Traits::kNThreads) / kChunks; };
+  auto chunk_col = [&](int it) { return (tid + it * Traits::kNThreads) % kChunks * 8; };
+  int page[kKvIters];  // page (or cache row) of each of this thread's chunks of the block to load next
   auto locate = [&](int n) {
     CUTE_UNROLL
     for (int it = 0; it < kKvIters; ++it) {
-      const int key = n * kBlockN + row_first + it * (Traits::kNThreads / kChunks);
+      const int key = n * kBlockN + chunk_row(it);
       page[it] = key < seq.seqlen_k ? seq.page_of(params, seq.leftpad + key) : 0;
     }
   };
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
     Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
     CUTE_UNROLL
     for (int it = 0; it < kKvIters; ++it) {
-      const int r = row_first + it * (Traits::kNThreads / kChunks), key = n * kBlockN + r;
+      const int r = chunk_row(it), col = chunk_col(it), key = n * kBlockN + r;
       const bool ok = key < seq.seqlen_k && col < params.headdim;
       int64_t k_off = 0, v_off = 0;
       if (ok) {
