@@ -174,6 +174,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   auto chunk_col = [&](int it) { return (tid + it * Traits::kNThreads) % kChunks * 8; };
   int page[kKvIters];  // page (or cache row) of each of this thread's chunks of the block to load next
   auto locate = [&](int n) {
+    if (seq.pages == nullptr) { return; }  // contiguous: the row is seq.cache_row, nothing to read
     CUTE_UNROLL
     for (int it = 0; it < kKvIters; ++it) {
       const int key = n * kBlockN + chunk_row(it);
@@ -190,9 +191,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
       int64_t k_off = 0, v_off = 0;
       if (ok) {
         const int slot = seq.leftpad + key;
-        k_off = seq.slot_offset(params, page[it], slot, params.k_batch_stride, params.k_row_stride) +
+        const int where = seq.pages != nullptr ? page[it] : seq.cache_row;
+        k_off = seq.slot_offset(params, where, slot, params.k_batch_stride, params.k_row_stride) +
                 head_k * params.k_head_stride + col;
-        v_off = seq.slot_offset(params, page[it], slot, params.v_batch_stride, params.v_row_stride) +
+        v_off = seq.slot_offset(params, where, slot, params.v_batch_stride, params.v_row_stride) +
                 head_k * params.v_head_stride + col;
       }
       cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
