@@ -94,25 +94,19 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   fi
 fi
 
-if [ -n "${FEATURES_BENCH:-}" ]; then
-  log "features benchmark (GQA, varlen): ${FEATURES_ARGS:-defaults}"
-  echo "== python -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-}" >> "$OUT/bench.log"
-  python3 -m flash_attn_cuda.bench_features ${FEATURES_ARGS:-} --out "$results" >> "$OUT/bench.log" 2>&1
-  frc=$?
-  log "features bench rc=$frc"
-  [ $frc -eq 0 ] || status=1
-  for md in "$results"/*_features.md; do [ -f "$md" ] && grep -E "^(\||#)" "$md"; done
-fi
-
-if [ -n "${DECODE_BENCH:-}" ]; then
-  log "decode benchmark (KV cache): ${DECODE_ARGS:-defaults}"
-  echo "== python -m flash_attn_cuda.bench_decode ${DECODE_ARGS:-}" >> "$OUT/bench.log"
-  python3 -m flash_attn_cuda.bench_decode ${DECODE_ARGS:-} --out "$results" >> "$OUT/bench.log" 2>&1
-  drc=$?
-  log "decode bench rc=$drc"
-  [ $drc -eq 0 ] || status=1
-  for f in "$results"/*_decode.md; do [ -f "$f" ] && grep -E "^(\||#|- d2d)" "$f"; done
-fi
+# extra_bench NAME MODULE ARGS: python -m flash_attn_cuda.MODULE ARGS --out $results, log appended
+# to bench.log, its $results/*_NAME.md tables printed.
+extra_bench() {
+  log "$1 benchmark: ${3:-defaults}"
+  echo "== python -m flash_attn_cuda.$2 $3" >> "$OUT/bench.log"
+  python3 -m "flash_attn_cuda.$2" $3 --out "$results" >> "$OUT/bench.log" 2>&1
+  local rc=$?
+  log "$1 bench rc=$rc"
+  [ $rc -eq 0 ] || status=1
+  for md in "$results"/*_"$1".md; do [ -f "$md" ] && grep -E "^(\||#|- d2d)" "$md"; done
+}
+[ -n "${FEATURES_BENCH:-}" ] && extra_bench features bench_features "${FEATURES_ARGS:-}"
+[ -n "${DECODE_BENCH:-}" ] && extra_bench decode bench_decode "${DECODE_ARGS:-}"
 [ -n "$(ls -A "$results")" ] && tar -czf "$OUT/results.tar.gz" -C "$results" .
 
 if [ -n "${CHECK_MATRIX:-}" ]; then
