@@ -24,7 +24,7 @@
 // Shared with binding_kvcache.cpp through binding_common.h (declarations there).
 namespace flash_binding {
 
-DecodeForward decode_forward = nullptr;
+DecodeForward decode_forward;
 
 // Numbers in error messages go through snprintf, never through an ostream: on the H200 host
 // (torch 2.11 wheel) streaming a double into TORCH_CHECK's message crashed the process with
@@ -97,6 +97,26 @@ void check_fwd_device(const at::Tensor& q, int64_t headdim, int headdim_rounded)
               "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
               " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
               props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
+}
+
+// Whether fwd() runs on the KV-cache (decode) kernel (call under q's device guard): decode-like
+// shapes (flash::prefer_decode_kernel: the KV-cache kernel reads K/V once per GQA group and splits
+// the keys across SMs; same out and lse, so the backward is unchanged), when the build has that
+// kernel, this GPU gives it its shared memory (sm86/89: 99 KB) and, in builds without the feature
+// kernels, the options need none of them (the backward could not serve them).
+bool has_features();
+
+bool use_decode_forward(const at::Tensor& q, int64_t seqlen_q, int64_t group, int64_t seqlen_k, int headdim_rounded,
+                        const Options& opt) {
+  if (decode_forward.run == nullptr || q.size(0) == 0 ||
+      !flash::prefer_decode_kernel(static_cast<int>(seqlen_q), static_cast<int>(group))) {
+    return false;
+  }
+  const bool mods = opt.softcap > 0.0 || (opt.alibi_slopes != nullptr && opt.alibi_slopes->has_value()) ||
+                    (opt.window_left >= 0 && opt.window_left < seqlen_k);
+  if (mods && !has_features()) { return false; }
+  const int smem = decode_forward.smem_bytes(headdim_rounded);
+  return smem >= 0 && static_cast<size_t>(smem) <= at::cuda::getDeviceProperties(q.get_device())->sharedMemPerBlockOptin;
 }
 
 // alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads); not with softcap.
@@ -255,13 +275,11 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
               "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
               num(seqlen_q), " and ", num(seqlen_k));
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
-  // Decode-like shapes (a few query rows per K/V head): the KV-cache kernel reads K/V once per GQA
-  // group and splits the keys across SMs (same out and lse, so the backward is unchanged).
-  if (decode_forward != nullptr && batch > 0 && flash::prefer_decode_kernel(seqlen_q, nheads / nheads_k)) {
-    return decode_forward(q, k, v, softmax_scale, opt);
-  }
 
   const c10::cuda::CUDAGuard device_guard(q.device());
+  if (use_decode_forward(q, seqlen_q, nheads / nheads_k, seqlen_k, headdim_rounded, opt)) {
+    return decode_forward.run(q, k, v, softmax_scale, opt);
+  }
   check_fwd_device(q, headdim, headdim_rounded);
 
   at::Tensor out = at::empty(q.sizes(), q.options());

@@ -45,12 +45,17 @@ void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale
 // (batch, row, head) strides of a (batch, seqlen, nheads, d) tensor or a packed (total, nheads, d) one.
 void set_strides(const at::Tensor& t, int64_t& batch, int64_t& row, int64_t& head);
 
-// The forward of fwd() on the KV-cache (decode) kernel, for decode-like shapes
-// (flash::prefer_decode_kernel): set by binding_kvcache.cpp when the build has it, else null.
-using DecodeForward = std::tuple<at::Tensor, at::Tensor> (*)(const at::Tensor& q, const at::Tensor& k,
-                                                             const at::Tensor& v, double softmax_scale,
-                                                             const Options& opt);
+// fwd() on the KV-cache (decode) kernel, for decode-like shapes (flash::prefer_decode_kernel):
+// set by binding_kvcache.cpp when the build has that kernel (both members null otherwise).
+struct DecodeForward {
+  std::tuple<at::Tensor, at::Tensor> (*run)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            double softmax_scale, const Options& opt) = nullptr;
+  int (*smem_bytes)(int headdim_rounded) = nullptr;  // flash::kvcache_shared_memory_bytes
+};
 extern DecodeForward decode_forward;
+
+// CPU kernel of every op: one RuntimeError naming the op and the tensor on the CPU.
+void refuse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // One clear error for what a run_* entry point returned (what: "forward", "backward", ...).
 void check_launch(cudaError_t err, const flash::FwdParams& p, const char* what);

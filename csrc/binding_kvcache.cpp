@@ -141,6 +141,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
   p.cache_seqlens = batch_vector(cache_seqlens, q, batch, "cache_seqlens");
   p.cache_leftpad = batch_vector(cache_leftpad, q, batch, "cache_leftpad");
   fill_new_kv(p, q, k, v, k_cache);
+  TORCH_CHECK(seqlen_q > 0 || !k.has_value(), "flash_attn_cuda: new k/v need at least one query token (seqlen_q >= 1)");
   TORCH_CHECK(p.cache_seqlens != nullptr || (!k.has_value() && !rotary_cos.has_value()),
               "flash_attn_cuda: new k/v and rotary embeddings need cache_seqlens");
 
@@ -203,7 +204,7 @@ std::tuple<at::Tensor, at::Tensor> dense_forward(const at::Tensor& q, const at::
 }
 
 // Registers dense_forward with binding.cpp's fwd() when this file is part of the build.
-const bool registered = (decode_forward = &dense_forward, true);
+const bool registered = (decode_forward = {&dense_forward, &flash::kvcache_shared_memory_bytes}, true);
 
 }  // namespace
 }  // namespace flash_binding
@@ -216,3 +217,7 @@ TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) { m.impl("fwd_kvcache", &flash_binding::fwd_kvcache); }
+
+TORCH_LIBRARY_IMPL(flash_attn_cuda, CPU, m) {
+  m.impl("fwd_kvcache", torch::CppFunction::makeFromBoxedFunction<&flash_binding::refuse_cpu>());
+}

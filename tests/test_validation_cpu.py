@@ -251,6 +251,9 @@ def test_raw_op_refuses_cpu_tensors_in_one_line():
     if _ops.HAS_BACKWARD:
         calls += [("bwd", "dout", (q, q, q, q, q, lse, 0.125, False)),
                   ("bwd_varlen", "dout", (q3, q3, q3, q3, q3, lse[0], cu, cu, 4, 4, 0.125, False))]
+    if _ops.HAS_KVCACHE:
+        calls += [("fwd_kvcache", "q", (q, q, q, None, None, None, None, None, None, None, None, 0.125, False, -1, -1,
+                                        0.0, True, None, 0))]
     for name, tensor, args in calls:
         with pytest.raises(RuntimeError) as error:
             getattr(torch.ops.flash_attn_cuda, name)(*args)

@@ -1,0 +1,23 @@
+// The Hopper (sm_90a) forward family: declarations only, no kernel bodies, so host code and the
+// dispatch (compiled for every arch) can include it. The definitions live in sm90/fwd_launch.h and
+// are instantiated once each by csrc/instantiations/sm90_fwd_*.cu, compiled for sm_90a alone.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../params.h"
+
+namespace flash::sm90 {
+
+// Runs the sm90 forward on `stream` (TMA + wgmma + warp specialisation). The caller has checked
+// fwd_supports(params) and that the device is compute capability 9.0. Returns the launch's status.
+template <typename Element, int kHeadDim>
+cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);
+
+// Whether the sm90 forward implements this call's options (head dim, masks, score modifiers,
+// varlen, strides/alignment that TMA needs). Calls it refuses go to the sm80 family: the dispatch
+// never raises because of a family. Defined in sm90/fwd_supports.h (host-only, no CuTe), which
+// exactly one host translation unit includes (fwd_dispatch.cu).
+bool fwd_supports(const FwdParams& params);
+
+}  // namespace flash::sm90
