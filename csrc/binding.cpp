@@ -343,6 +343,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
+  // Decode-like varlen batches with one query length (e.g. one new token per sequence, total_q ==
+  // batch): the KV-cache kernel, as fwd() does (same out and lse layout, so the backward is unchanged).
+  if (decode_forward.run_varlen != nullptr && batch > 0 && q.size(0) == batch * max_seqlen_q && has_features() &&
+      use_decode_forward(q, max_seqlen_q, nheads / k.size(1), max_seqlen_k, headdim_rounded, opt)) {
+    return decode_forward.run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, opt);
+  }
   check_fwd_device(q, headdim, headdim_rounded);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));

@@ -50,6 +50,11 @@ void set_strides(const at::Tensor& t, int64_t& batch, int64_t& row, int64_t& hea
 struct DecodeForward {
   std::tuple<at::Tensor, at::Tensor> (*run)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             double softmax_scale, const Options& opt) = nullptr;
+  // fwd_varlen() when every sequence has max_seqlen_q query rows (q.size(0) == batch * max_seqlen_q)
+  std::tuple<at::Tensor, at::Tensor> (*run_varlen)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                   const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                                   int64_t max_seqlen_q, double softmax_scale,
+                                                   const Options& opt) = nullptr;
   int (*smem_bytes)(int headdim_rounded) = nullptr;  // flash::kvcache_shared_memory_bytes
 };
 extern DecodeForward decode_forward;

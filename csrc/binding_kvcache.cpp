@@ -203,8 +203,30 @@ std::tuple<at::Tensor, at::Tensor> dense_forward(const at::Tensor& q, const at::
                      opt.softcap, true, *opt.alibi_slopes, 0);
 }
 
-// Registers dense_forward with binding.cpp's fwd() when this file is part of the build.
-const bool registered = (decode_forward = {&dense_forward, &flash::kvcache_shared_memory_bytes}, true);
+// fwd_varlen() on packed q (total_q, nheads, d), k/v (total_k, nheads_k, d) when every sequence
+// has max_seqlen_q query rows (total_q == batch * max_seqlen_q; the caller checks): the packed keys
+// are one cache row that every sequence sees through a broadcast (stride-0) batch, sequence b its
+// slots [cu_seqlens_k[b], cu_seqlens_k[b + 1]) as cache_leftpad / cache_seqlens (views of the prefix
+// sums, nothing copied or read on the host). Bottom-right causal / window / ALiBi positions count
+// from the first visible slot, as varlen's do. lse comes back in varlen's (nheads, total_q) layout.
+std::tuple<at::Tensor, at::Tensor> varlen_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                                  int64_t max_seqlen_q, double softmax_scale, const Options& opt) {
+  const int64_t batch = cu_seqlens_q.size(0) - 1, nheads = q.size(1), d = q.size(2);
+  const at::Tensor q4 = q.view({batch, max_seqlen_q, nheads, d});                    // (batch, sq, nheads, d)
+  const at::Tensor k4 = k.unsqueeze(0).expand({batch, k.size(0), k.size(1), d});     // (batch, total_k, nheads_k, d), stride 0
+  const at::Tensor v4 = v.unsqueeze(0).expand({batch, v.size(0), v.size(1), d});
+  const at::Tensor leftpad = cu_seqlens_k.narrow(0, 0, batch), ends = cu_seqlens_k.narrow(0, 1, batch);  // (batch,)
+  auto [out, lse] = fwd_kvcache(q4, k4, v4, std::nullopt, std::nullopt, std::nullopt, std::nullopt, ends,
+                                std::nullopt, leftpad, std::nullopt, softmax_scale, opt.causal, opt.window_left,
+                                opt.window_right, opt.softcap, true, *opt.alibi_slopes, 0);
+  // out (batch, sq, nheads, d) -> (total_q, nheads, d); lse (batch, nheads, sq) -> (nheads, total_q)
+  return {out.view(q.sizes()), lse.permute({1, 0, 2}).reshape({nheads, batch * max_seqlen_q})};
+}
+
+// Registers the decode paths with binding.cpp's fwd() / fwd_varlen() when this file is part of the build.
+const bool registered =
+    (decode_forward = {&dense_forward, &varlen_forward, &flash::kvcache_shared_memory_bytes}, true);
 
 }  // namespace
 }  // namespace flash_binding

@@ -96,6 +96,30 @@ def test_varlen_backward(lengths_q, lengths_k, causal, window_size, softcap, ali
     check_varlen_backward(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal, opts)
 
 
+# Decode-like batches (every sequence max_seqlen_q query rows, rows x GQA group <= 16): fwd_varlen runs the
+# KV-cache kernel (binding.cpp); ragged and empty key lengths, causal rows that see no key (3 queries, 1 key).
+DECODE_LENGTHS = [([1] * 5, [1, 0, 4095, 300, 17]), ([3] * 4, [3, 700, 64, 1])]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal,window_size,softcap,alibi", OPTIONS, ids=str)
+@pytest.mark.parametrize("lengths_q,lengths_k", DECODE_LENGTHS, ids=str)
+def test_varlen_decode_forward_and_backward(lengths_q, lengths_k, causal, window_size, softcap, alibi, hdim, dtype):
+    q, k, v, cu_q, cu_k = _inputs(lengths_q, lengths_k, hdim, dtype, nheads=8, nheads_k=2)  # group 4
+    opts = _options(lengths_q, q.shape[1], window_size, softcap, alibi)
+    check_varlen_forward(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal, opts)
+    # max_seqlen_q above every length: the same call on the prefill kernels (total_q != batch * max_seqlen_q)
+    out_decode = attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal, **opts)
+    out_prefill = attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q) + 1, max(lengths_k), causal=causal, **opts)
+    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, compute_dtype=None, **opts)
+    ref, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal, **opts)
+    assert_fa2_close("prefill kernels", out_prefill, ref, ref_lowp)
+    assert (out_decode - out_prefill).abs().max().item() <= 2 * (ref_lowp - ref).abs().max().item() + 1e-3
+    if HAS_BACKWARD:
+        check_varlen_backward(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal, opts)
+
+
 @pytest.mark.parametrize("causal,window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (100, 250)),
                                                 (True, (450, -1))], ids=str)
 @pytest.mark.parametrize("extra", [200, "double"])
