@@ -60,8 +60,13 @@ def test_patch_of_torchs_ninja_file(tmp_path):
     sources = [str(tmp_path / n) for n in ("fwd_dispatch.cu", "sm90_fwd_hdim128_bf16.cu", "fwd_hdim128_bf16.cu",
                                            "sm90_fwd_hdim64_fp16.cu")]
     text = write_torch_ninja(tmp_path / "build.ninja", sources, ["-O3", *GENCODE, "-DFLASH_ATTN_CUDA_BACKWARD"])
-    flags = edges(family_build.patch_ninja(text, GENCODE))
+    patched = family_build.patch_ninja(text, GENCODE)
+    flags = edges(patched)
     assert set(flags) == {pathlib.Path(s).name for s in sources}
+    # the sm90 edges (the longest units) come first; the file keeps every other line
+    assert [name.startswith("sm90_") for name in flags] == [True, True, False, False]
+    assert sorted(line for line in patched.splitlines() if not line.startswith("  cuda_post_cflags")) == \
+        sorted(text.splitlines())
     for name, line in flags.items():
         if name.startswith("sm90_"):
             assert SM90 in line and "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in line

@@ -40,8 +40,10 @@ def sm90_nvcc_flags(flags: list[str]) -> list[str]:
 
 def patch_ninja(text: str, gencode: list[str]) -> str:
     """build.ninja text with a `cuda_post_cflags` override on each sm90 unit's edge: the global
-    value with the run of `gencode` flags replaced by the sm90 flags. Raises RuntimeError when
-    the file does not look like torch's (no global cuda_post_cflags, or gencode not in it)."""
+    value with the run of `gencode` flags replaced by the sm90 flags. The sm90 edges move ahead of
+    the other build edges (distutils sorts the sources by name, which would start the Hopper units,
+    the longest to compile, last). Raises RuntimeError when the file does not look like torch's
+    (no global cuda_post_cflags, or gencode not in it)."""
     lines = text.splitlines()
     globals_ = [line for line in lines if line.startswith("cuda_post_cflags = ")]
     old = " ".join(shlex.quote(f) for f in gencode)
@@ -49,13 +51,15 @@ def patch_ninja(text: str, gencode: list[str]) -> str:
         raise RuntimeError("flash_attn_cuda build: torch's build.ninja has no global cuda_post_cflags holding "
                            f"{old!r}; cannot give the sm90 units their flags (tools/family_build.py)")
     override = "  " + globals_[0].replace(old, " ".join(shlex.quote(f) for f in build_config.SM90_NVCC_FLAGS))
-    out = []
+    sm90_edges, rest = [], []
     for line in lines:
-        out.append(line)
         m = _EDGE.match(line)
         if m and gen_instantiations.source_family(m.group("src").replace("$ ", " ")) == "sm90":
-            out.append(override)
-    return "\n".join(out) + "\n"
+            sm90_edges += [line, override]
+        else:
+            rest.append(line)
+    first_edge = next((i for i, line in enumerate(rest) if line.startswith("build ")), len(rest))
+    return "\n".join(rest[:first_edge] + sm90_edges + rest[first_edge:]) + "\n"
 
 
 @contextlib.contextmanager
