@@ -28,7 +28,7 @@ bench-decode:       ## KV-cache decode (GQA 32/8, MHA 32/32; contiguous and page
 # ---- C++ benchmark binaries: kernel core + CUDA runtime, no torch, no Python at run time.
 CUTLASS_INC := $(shell $(PYTHON) third_party/find_cutlass.py 2>/dev/null)
 ifeq ($(CUTLASS_INC),)
-  ifneq ($(filter bench-cpp $(BUILD)/%,$(MAKECMDGOALS)),)
+  ifneq ($(filter bench-cpp check-sass sm90-objects $(BUILD)/%,$(MAKECMDGOALS)),)
     $(error CUTLASS headers not found: pip install --no-deps nvidia-cutlass==4.2.0.0 or set CUTLASS_DIR)
   endif
 endif
