@@ -1,7 +1,9 @@
 """Build of flash_attn_cuda: one CUDA extension (flash_attn_cuda._C) compiled with ninja.
 
 Build flags (environment; see tools/build_config.py and README "Build flags"):
-  FLASH_ATTN_CUDA_ARCHS="80;90"  FLASH_ATTN_CUDA_HDIMS=all  FLASH_ATTN_CUDA_DTYPES=fp16,bf16
+  FLASH_ATTN_CUDA_ARCHS (unset: TORCH_CUDA_ARCH_LIST, else the visible GPUs, else "80;90;90a"; 90a adds
+  the Hopper forward family, whose units get their own flags: tools/family_build.py)
+  FLASH_ATTN_CUDA_HDIMS=all  FLASH_ATTN_CUDA_DTYPES=fp16,bf16
   MAX_JOBS (parallel nvcc jobs; unset: one per core and per 5 GiB of available memory),
   NVCC_THREADS (threads per nvcc), CUTLASS_DIR (CUTLASS checkout)
 """
@@ -15,6 +17,7 @@ from setuptools import find_packages, setup
 ROOT = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 import build_config  # noqa: E402
+import family_build  # noqa: E402
 import gen_instantiations  # noqa: E402
 sys.path.insert(0, str(ROOT / "third_party"))
 import find_cutlass  # noqa: E402
@@ -25,12 +28,14 @@ if "CUDA_HOME" not in os.environ and "CUDA_PATH" not in os.environ and os.path.i
 
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
 
-cfg = build_config.from_env(os.environ)
+archs, sm90a, archs_why = build_config.resolve_archs(os.environ)
+cfg = build_config.from_env({**os.environ, "FLASH_ATTN_CUDA_ARCHS": build_config.format_archs(archs, sm90a)})
 # torch reads this when it adds arch flags itself; ours below take precedence, keep them in step.
-os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a // 10}.{a % 10}" for a in cfg.archs)
+os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join([f"{a // 10}.{a % 10}" for a in cfg.archs] + (["9.0a"] if sm90a else []))
 
 directions = build_config.directions(cfg)
-instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions)
+instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions,
+                                             build_config.families(cfg))
 sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
 sources += ["csrc/binding_kvcache.cpp", "csrc/decode_dispatch.cu"] if cfg.kvcache else []
 sources += [os.path.relpath(p, ROOT) for p in instantiations]
@@ -49,7 +54,7 @@ nvcc_flags = [
     "-lineinfo",  # source lines in SASS for profiling; no runtime cost
     "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
     "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-] + build_config.nvcc_gencode_flags(cfg.archs) + defines
+] + build_config.nvcc_gencode_flags(cfg.archs) + defines  # sm90_*.cu: gencode swapped (family_build)
 if os.environ.get("NVCC_THREADS"):
     nvcc_flags += ["--threads", os.environ["NVCC_THREADS"]]
 if os.environ.get("FLASH_ATTN_CUDA_PTXAS_VERBOSE"):
@@ -66,7 +71,8 @@ os.environ["MAX_JOBS"], jobs_why = build_config.max_jobs(os.environ.get("MAX_JOB
                                                          build_config.mem_available_bytes(meminfo))
 print(f"flash_attn_cuda build: {jobs_why}", flush=True)
 
-print(f"flash_attn_cuda build: archs={cfg.archs} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
+print(f"flash_attn_cuda build: archs {build_config.format_archs(archs, sm90a)} ({archs_why})", flush=True)
+print(f"flash_attn_cuda build: families={build_config.families(cfg)} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
       f"features={cfg.features} kvcache={cfg.kvcache} "
       f"cutlass={include_dirs[1]}", flush=True)
 
@@ -83,7 +89,9 @@ setup(
             extra_compile_args={"cxx": ["-O3", "-std=c++20"] + defines, "nvcc": nvcc_flags},
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
+    cmdclass={"build_ext": family_build.build_ext_class(
+        BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None),
+        build_config.nvcc_gencode_flags(cfg.archs))},
     python_requires=">=3.10",
     install_requires=["torch>=2.4"],
     zip_safe=False,

@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <limits>
 #include <optional>
@@ -86,18 +88,45 @@ void check_launch(cudaError_t err, const flash::FwdParams& p, const char* what) 
                                                      : "");
 }
 
-// The forward's GPU requirements on q's device (call under its device guard): sm80+, and the
-// shared memory of the head-dim-headdim_rounded kernel.
-void check_fwd_device(const at::Tensor& q, int64_t headdim, int headdim_rounded) {
+// The forward's GPU requirement on q's device (call under its device guard): sm80+.
+void check_fwd_device(const at::Tensor& q) {
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
   TORCH_CHECK(props->major >= 8, "flash_attn_cuda: needs a GPU of compute capability >= 8.0 (Ampere), got ",
               num(int64_t(props->major)), ".", num(int64_t(props->minor)));
+}
+
+// The shared memory of the forward kernel that will run (`family`, resolved), on q's device: the
+// sm80 family's head-dim-headdim_rounded kernel must fit (sm86/89 allow 99 KB). The sm90 family runs
+// only on compute capability 9.0, whose 227 KB its tiles are sized for.
+void check_fwd_smem(const at::Tensor& q, int64_t headdim, int headdim_rounded, flash::FwdFamily family) {
+  if (family == flash::FwdFamily::kSm90) { return; }
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
   const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
   TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
               "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
               " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
               props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
 }
+
+// FLASH_ATTN_CUDA_FAMILY, read on every forward call (tests and benchmarks switch it between calls):
+// unset, empty or "auto" -> kAuto; "sm80" / "sm90" force a family (sm90 falls back to sm80 on calls it
+// cannot serve). Anything else is one clear error.
+flash::FwdFamily family_from_env() {
+  const char* raw = std::getenv("FLASH_ATTN_CUDA_FAMILY");
+  std::string value = raw == nullptr ? "" : raw;
+  for (char& c : value) { c = static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+  const size_t begin = value.find_first_not_of(" \t"), end = value.find_last_not_of(" \t");
+  value = begin == std::string::npos ? "" : value.substr(begin, end - begin + 1);
+  if (value.empty() || value == "auto") { return flash::FwdFamily::kAuto; }
+  if (value == "sm80") { return flash::FwdFamily::kSm80; }
+  if (value == "sm90") { return flash::FwdFamily::kSm90; }
+  TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_FAMILY must be sm80, sm90 or auto (or unset), got '", raw, "'");
+}
+
+// What served this thread's last forward call (fwd, fwd_varlen): "sm80", "sm90", "decode" (the
+// KV-cache kernel, for decode-like shapes), "none" (empty inputs: no kernel), "" before any call.
+// Tests read it (last_fwd_family op) to check which family really ran.
+thread_local std::string last_family;
 
 // Whether fwd() runs on the KV-cache (decode) kernel (call under q's device guard): decode-like
 // shapes (flash::prefer_decode_kernel: the KV-cache kernel reads K/V once per GQA group and splits
@@ -247,6 +276,16 @@ void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale
   p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
 }
 
+// Runs the forward of filled params p on the family `family` asks for (resolved by flash::fwd_family on
+// q's device, under its guard), after the shared-memory check of the family that will run; records it.
+void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily family, const char* what) {
+  p.family = family;
+  check_fwd_smem(q, p.headdim, p.headdim_rounded, flash::fwd_family(p));
+  flash::FwdFamily ran = flash::FwdFamily::kSm80;
+  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream(), &ran), p, what);
+  last_family = flash::family_name(ran);
+}
+
 // deterministic only matters to the backward; the forward takes it so that autograd's context
 // (which sees the forward's inputs) can hand it on.
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -275,15 +314,18 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
               "flash_attn_cuda: sequence lengths must be <= ", num(int64_t(flash::kMaxSeqlen)), ", got ",
               num(seqlen_q), " and ", num(seqlen_k));
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
+  const flash::FwdFamily family = family_from_env();
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   if (use_decode_forward(q, seqlen_q, nheads / nheads_k, seqlen_k, headdim_rounded, opt)) {
+    last_family = "decode";
     return decode_forward.run(q, k, v, softmax_scale, opt);
   }
-  check_fwd_device(q, headdim, headdim_rounded);
+  check_fwd_device(q);
 
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
+  last_family = "none";
   if (out.numel() == 0) { return {out, lse}; }
   if (seqlen_k == 0) {  // nothing to attend to: O = 0, LSE = -inf, like rows masked out entirely
     out.zero_();
@@ -293,7 +335,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
 
   flash::FwdParams p;
   fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
-  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream()), p, "forward");
+  launch_forward(p, q, family, "forward");
   return {out, lse};
 }
 
@@ -341,17 +383,20 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int64_t nheads = q.size(1), headdim = q.size(2);
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
+  const flash::FwdFamily family = family_from_env();
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   // Decode-like varlen batches with one query length (e.g. one new token per sequence, total_q ==
   // batch): the KV-cache kernel, as fwd() does (same out and lse layout, so the backward is unchanged).
   if (decode_forward.run_varlen != nullptr && batch > 0 && q.size(0) == batch * max_seqlen_q && has_features() &&
       use_decode_forward(q, max_seqlen_q, nheads / k.size(1), max_seqlen_k, headdim_rounded, opt)) {
+    last_family = "decode";
     return decode_forward.run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, opt);
   }
-  check_fwd_device(q, headdim, headdim_rounded);
+  check_fwd_device(q);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));
+  last_family = "none";
   if (out.numel() == 0) { return {out, lse}; }
   // No sequence (or none with keys): rows outside every sequence get O = 0, LSE = -inf. Only
   // inconsistent prefix sums (raw op, compiled graph) leave rows outside every sequence.
@@ -363,7 +408,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   flash::FwdParams p;
   fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                      opt, headdim_rounded);
-  check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream()), p, "varlen forward");
+  launch_forward(p, q, family, "varlen forward");
   return {out, lse};
 }
 
@@ -533,6 +578,17 @@ std::vector<int64_t> compiled_head_dims() {
   return dims;
 }
 
+std::vector<int64_t> sm90_head_dims() {
+  std::vector<int64_t> dims;
+  for (int d : flash::sm90_head_dims()) { dims.push_back(d); }
+  return dims;
+}
+
+std::string last_fwd_family() { return last_family; }
+
+// FLASH_ATTN_CUDA_FAMILY as the forward reads it now: "auto", "sm80" or "sm90"; raises on a bad value.
+std::string fwd_family_setting() { return flash::family_name(family_from_env()); }
+
 // Names as torch spells them ("float16", "bfloat16").
 std::vector<std::string> compiled_dtypes() {
   std::vector<std::string> names;
@@ -572,6 +628,9 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
   m.def("has_features() -> bool", &has_features);
+  m.def("sm90_head_dims() -> int[]", &sm90_head_dims);
+  m.def("last_fwd_family() -> str", &last_fwd_family);
+  m.def("fwd_family_setting() -> str", &fwd_family_setting);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
         "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "

@@ -13,10 +13,20 @@ namespace flash {
 // True when the kernels implement these sizes and options (both directions use it).
 bool params_supported(const FwdParams& params);
 
-// Runs the forward pass on `stream`. params.headdim_rounded must be one of compiled_head_dims()
-// and params.dtype one of compiled_dtypes(); otherwise returns cudaErrorInvalidValue and
-// launches nothing. Returns the launch's error status.
-cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
+// Runs the forward pass on `stream`, on the family fwd_family(params) picks for the current device.
+// params.headdim_rounded must be one of compiled_head_dims() and params.dtype one of
+// compiled_dtypes(); otherwise returns cudaErrorInvalidValue and launches nothing. Returns the
+// launch's error status; `ran` (if given) receives the family that ran (kSm80 or kSm90).
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran = nullptr);
+
+// The family run_fwd(params) runs on the current device: kSm90 when params.family is not kSm80, the
+// build compiled sm90 for (dtype, headdim_rounded), the device has compute capability 9.0 and
+// sm90::fwd_supports(params); else kSm80. Never kAuto.
+FwdFamily fwd_family(const FwdParams& params);
+inline const char* family_name(FwdFamily f) { return f == FwdFamily::kSm90 ? "sm90" : f == FwdFamily::kSm80 ? "sm80" : "auto"; }
+
+// Head dims the sm90 family compiled (every compiled dtype); empty without 90a in the build.
+std::vector<int> sm90_head_dims();
 
 // What this build compiled (FLASH_ATTN_CUDA_HDIMS / FLASH_ATTN_CUDA_DTYPES at build time).
 std::vector<int> compiled_head_dims();
@@ -25,8 +35,9 @@ std::vector<DType> compiled_dtypes();
 // The smallest compiled head dim >= headdim, or -1 if there is none.
 int round_head_dim(int headdim);
 
-// Dynamic shared memory one forward thread block needs for a compiled head dim (-1 if not
-// compiled). Compare with cudaDevAttrMaxSharedMemoryPerBlockOptin: sm86/sm89 allow 99 KB.
+// Dynamic shared memory one sm80-family forward thread block needs for a compiled head dim (-1 if
+// not compiled). Compare with cudaDevAttrMaxSharedMemoryPerBlockOptin: sm86/sm89 allow 99 KB. (The
+// sm90 family runs on compute capability 9.0 only, which its tiles are sized for: 227 KB.)
 int fwd_shared_memory_bytes(int headdim_rounded);
 
 // Backward (only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main kernel, dQ

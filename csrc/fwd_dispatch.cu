@@ -1,14 +1,18 @@
-// Dispatch from runtime (dtype, head dim) to the instantiations this build compiled. The set
-// is fixed at build time: tools/gen_instantiations.py writes instantiations/build_config.h
-// (FLASH_FOR_EACH_HDIM, FLASH_FOR_EACH_DTYPE) from FLASH_ATTN_CUDA_HDIMS / _DTYPES.
+// Dispatch from runtime (family, dtype, head dim) to the instantiations this build compiled. The
+// set is fixed at build time: tools/gen_instantiations.py writes instantiations/build_config.h
+// (FLASH_FOR_EACH_HDIM, FLASH_FOR_EACH_DTYPE, FLASH_SM90_FOR_EACH_HDIM) from FLASH_ATTN_CUDA_HDIMS /
+// _DTYPES / _ARCHS. Declarations only: the kernels are compiled once, in instantiations/*.cu.
 #include <cutlass/numeric_types.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "flash_api.h"
 #include "fwd_tile_config.h"
 #include "instantiations/build_config.h"
 #include "kernel_traits.h"
+#include "sm90/fwd_api.h"
+#include "sm90/fwd_supports.h"  // host-only: defines sm90::fwd_supports (this is its one translation unit)
 
 namespace flash {
 
@@ -43,12 +47,75 @@ bool params_supported(const FwdParams& params) {
            params.o_batch_stride == 0 && params.total_q >= 0 && params.total_k >= 0));
 }
 
-cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
+// ---- the sm90 family (sm_90a code: compute capability 9.0 only)
+
+template <typename Element>
+static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) {
+  switch (params.headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return sm90::run_fwd_<Element, D>(params, stream);
+    FLASH_SM90_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+static bool sm90_compiled(DType dtype, int headdim_rounded) {
+  bool dtype_built = false, hdim_built = false;
+#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || dtype == DType::ENUM;
+  FLASH_FOR_EACH_DTYPE(FLASH_CASE)
+#undef FLASH_CASE
+#define FLASH_CASE(D) hdim_built = hdim_built || headdim_rounded == D;
+  FLASH_SM90_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+  return dtype_built && hdim_built;
+}
+
+// Whether the current device has compute capability 9.0, the one sm_90a code runs on. Cached per
+// device (a device's capability never changes; 0 = not asked yet, 1 = no, 2 = yes): the attribute
+// query is a driver call on every forward otherwise. Any CUDA error reads as "no" (sm80 runs and
+// reports it).
+static bool current_device_is_sm90() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cache[kCachedDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) { return false; }
+  if (device >= 0 && device < kCachedDevices) {
+    if (int known = cache[device].load(std::memory_order_relaxed)) { return known == 2; }
+  }
+  int major = 0, minor = 0;
+  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+  if (!ok) { return false; }
+  const bool sm90 = major == 9 && minor == 0;
+  if (device >= 0 && device < kCachedDevices) { cache[device].store(sm90 ? 2 : 1, std::memory_order_relaxed); }
+  return sm90;
+}
+
+FwdFamily fwd_family(const FwdParams& params) {
+  const bool sm90 = params.family != FwdFamily::kSm80 && sm90_compiled(params.dtype, params.headdim_rounded) &&
+                    current_device_is_sm90() && sm90::fwd_supports(params);
+  return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;
+}
+
+std::vector<int> sm90_head_dims() {
+  std::vector<int> dims;
+#define FLASH_PUSH(D) dims.push_back(D);
+  FLASH_SM90_FOR_EACH_HDIM(FLASH_PUSH)
+#undef FLASH_PUSH
+  return dims;
+}
+
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran) {
   if (!params_supported(params)) { return cudaErrorInvalidValue; }
+  const FwdFamily family = fwd_family(params);
+  if (ran != nullptr) { *ran = family; }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \
-    return run_fwd_dtype<TYPE>(params, stream);
+    return family == FwdFamily::kSm90 ? run_sm90_dtype<TYPE>(params, stream) : run_fwd_dtype<TYPE>(params, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
     default:

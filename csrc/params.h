@@ -9,6 +9,14 @@ namespace flash {
 // Element type of q/k/v/out. Kept as a plain enum so this header needs no CUDA types.
 enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 
+// Forward kernel family (fwd_dispatch.cu). kAuto: sm90 (the Hopper kernels, csrc/sm90/) on a GPU of
+// compute capability 9.0 when the build compiled it for (dtype, headdim_rounded) and it implements
+// the call's options (sm90::fwd_supports), else sm80 (every GPU, every option). kSm90 asks for sm90
+// wherever it can serve the call (today the same as kAuto) and falls back to sm80 otherwise, never
+// an error; kSm80 forces the sm80 kernels. Tests and benchmarks set it (FLASH_ATTN_CUDA_FAMILY,
+// bench_fwd --family). Both families write the same out and lse, so the backward is unchanged.
+enum class FwdFamily : int { kAuto = 0, kSm80 = 1, kSm90 = 2 };
+
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
 //
 //   q:   (batch, seqlen_q, nheads,   headdim)   or packed (total_q, nheads, headdim) with cu_seqlens_q
@@ -69,6 +77,7 @@ struct FwdParams {
   int total_k = 0;                    // rows of k/v: cu_seqlens_k[batch] likewise
 
   DType dtype = DType::kBFloat16;
+  FwdFamily family = FwdFamily::kAuto;
 };
 
 // Whether the options need the kMods instantiation (fwd_kernel.h, bwd_kernel.h): softcap, ALiBi,

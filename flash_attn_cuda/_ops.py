@@ -61,6 +61,29 @@ HAS_BACKWARD: bool = HAS_EXTENSION and bool(_ops.has_backward())
 HAS_FEATURES: bool = HAS_EXTENSION and bool(_ops.has_features())
 # Builds with FLASH_ATTN_CUDA_KVCACHE=0 have no KV-cache (decode) op (binding_kvcache.cpp).
 HAS_KVCACHE: bool = HAS_EXTENSION and hasattr(_ops, "fwd_kvcache")
+# Head dims of the sm90 (Hopper, sm_90a) forward family: builds with 90a in FLASH_ATTN_CUDA_ARCHS
+# compile it for 64/128/256 (those built); it runs on compute capability 9.0 GPUs, picked per call.
+_SM90_HEAD_DIMS: tuple[int, ...] = tuple(_ops.sm90_head_dims()) if HAS_EXTENSION else ()
+HAS_SM90: bool = bool(_SM90_HEAD_DIMS)
+
+
+def sm90_head_dims() -> tuple[int, ...]:
+    """Head dims the sm90 forward family compiled (every compiled dtype); () without it."""
+    return _SM90_HEAD_DIMS
+
+
+def last_fwd_family() -> str:
+    """What served this thread's last forward call: "sm80", "sm90", "decode" (the KV-cache kernel,
+    for decode-like shapes), "none" (empty inputs, no kernel), "" before any. For tests and benchmarks."""
+    require_extension()
+    return _ops.last_fwd_family()
+
+
+def family_setting() -> str:
+    """FLASH_ATTN_CUDA_FAMILY as the forward reads it on each call: "auto" (unset), "sm80" or "sm90";
+    raises RuntimeError on any other value, as the forward would."""
+    require_extension()
+    return _ops.fwd_family_setting()
 
 
 # fwd's arguments after q, k, v with their schema defaults (softmax_scale and causal have none).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU host: build for sm_90 with all cores, run the tests, run the benchmark (forward,
+# On the GPU host: build for sm_90 and the sm90 (Hopper, sm_90a) family with all cores, check the
+# sm90 objects' SASS (tools/check_sass.py, on a fresh build), run the tests, run the benchmark (forward,
 # backward, fwd+bwd vs SDPA, and the fwd+bwd peak memory), optionally the C++ --check matrix and
 # tile sweeps. Logs and results go to $OUT (default ./gpu_out), 8 files at most:
 #   summary.txt build.log tests.log bench.log results.tar.gz (<gpu>_*.csv/md/png) check.log tune.log
@@ -44,7 +45,7 @@ if [ -z "${CUTLASS_DIR:-}" ] && ! python3 third_party/find_cutlass.py > /dev/nul
   export CUTLASS_DIR=/tmp/cutlass_wheel/cutlass_library/source
 fi
 
-export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
+export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90;90a}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
 if [ -n "${PREBUILT:-}" ]; then
@@ -68,6 +69,13 @@ fi
   "$OUT/build.log" | sed -E 's/_ZN5flash10fwd_kernelINS_9FwdTraitsI/fwd /; s/_ZN5flash10bwd_kernelINS_9BwdTraitsI/bwd /; s/ptxas info *: //' \
   | tee -a "$summary"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
+# The sm90 family's objects: sm_90a HGMMA, no BPT.TRAP; ptxas printed no wgmma serialisation (the
+# log only holds what this run compiled: a full check needs a fresh build).
+sm90_objects=$(ls build/temp*/csrc/instantiations/sm90_*.o 2>/dev/null)
+if [ -n "$sm90_objects" ] && [ -z "${PREBUILT:-}" ]; then
+  python3 tools/check_sass.py --log "$OUT/build.log" $sm90_objects 2>&1 | tee -a "$summary"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   log "tests"
@@ -111,7 +119,8 @@ extra_bench() {
 
 if [ -n "${CHECK_MATRIX:-}" ]; then
   log "C++ benchmarks: make bench-cpp + check matrix"
-  { make bench-cpp -j"$(nproc)" && benchmarks/cpp/check_matrix.sh; } > "$OUT/check.log" 2>&1
+  { make bench-cpp -j"$(nproc)" && FAMILIES="${FAMILIES:-sm80 sm90}" benchmarks/cpp/check_matrix.sh; } \
+    > "$OUT/check.log" 2>&1
   crc=$?
   log "check matrix rc=$crc: $(tail -1 "$OUT/check.log")"
   [ $crc -eq 0 ] || status=1

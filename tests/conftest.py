@@ -63,3 +63,27 @@ def fake():
     """A FakeTensorMode: CUDA tensors without a GPU, as torch.compile sees them while tracing."""
     with FakeTensorMode() as mode:
         yield mode
+
+
+FAMILIES = ("sm80", "sm90")
+
+
+def family_skip_reason(family: str) -> str:
+    """Why this machine cannot run the forward on `family` ('' when it can). GPU tests only."""
+    if family == "sm90":
+        if not flash_attn_cuda._ops.HAS_SM90:
+            return "this build has no sm90 family (FLASH_ATTN_CUDA_ARCHS without 90a, or no head dim of 64/128/256)"
+        if torch.cuda.get_device_capability() != (9, 0):
+            return f"the sm90 family runs on compute capability 9.0 only, this GPU is {torch.cuda.get_device_capability()}"
+    return ""
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request, monkeypatch):
+    """The test's forward calls run with FLASH_ATTN_CUDA_FAMILY=<sm80|sm90> (read by the op on each
+    call); skipped where the family cannot run (sm90: no 90a in the build, or not a 9.0 GPU)."""
+    reason = family_skip_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", request.param)
+    return request.param

@@ -4,6 +4,8 @@ Gradients go through autograd on fresh leaves; outputs are poisoned (NaN-filled 
 before the call) so that elements a kernel never writes show up as NaN."""
 import torch
 
+import flash_attn_cuda
+
 EPS = 1e-4
 
 
@@ -53,3 +55,32 @@ def assert_grads_fa2_close(ours_fn, ref_fn, inputs, dout):
         name = ("dq", "dk", "dv")[i] if i < 3 else f"d(input {i})"
         assert g.dtype == inputs[i].dtype, f"{name}: dtype {g.dtype} != {inputs[i].dtype}"
         assert_fa2_close(name, g, r, l)
+
+
+def expected_families(family, q, k, headdim=None):
+    """What may serve a plain forward call of q (batch, seqlen_q, nheads, d) and k when
+    FLASH_ATTN_CUDA_FAMILY=family: sm80 -> {"sm80"}; sm90 -> {"sm90"} where the build has an sm90
+    kernel of exactly this head dim, {"sm80"} where it has none (the fallback), either for head dims
+    that run a larger kernel zero-padded (the sm90 kernel's own choice, fwd_supports). Decode-like
+    shapes (seqlen_q x group <= 16, csrc/heuristics.h prefer_decode_kernel) may run on the KV-cache
+    kernel instead ("decode"); calls with no work run none ("none")."""
+    d = q.shape[-1] if headdim is None else headdim
+    if q.numel() == 0 or k.shape[1] == 0:
+        return {"none"}
+    if family == "sm80":
+        served = {"sm80"}
+    else:
+        rounded = min((h for h in flash_attn_cuda.compiled_head_dims() if h >= d), default=None)
+        sm90 = rounded in flash_attn_cuda._ops.sm90_head_dims()
+        served = {"sm90"} if sm90 and rounded == d else {"sm80", "sm90"} if sm90 else {"sm80"}
+    if q.shape[1] * (q.shape[2] // k.shape[2]) <= 16 and flash_attn_cuda._ops.HAS_KVCACHE:
+        served |= {"decode"}
+    return served
+
+
+def assert_served(family, q, k):
+    """The last forward call (this thread) ran on a family expected_families allows."""
+    served = flash_attn_cuda._ops.last_fwd_family()
+    allowed = expected_families(family, q, k)
+    assert served in allowed, (f"FLASH_ATTN_CUDA_FAMILY={family}: the forward of q {tuple(q.shape)}, "
+                               f"k {tuple(k.shape)} ran on {served!r}, expected {sorted(allowed)}")

@@ -6,7 +6,7 @@ most twice the max error of PyTorch's own autograd in the low precision, plus 1e
 """
 import pytest
 import torch
-from fa2_checks import assert_grads_fa2_close, grads
+from fa2_checks import assert_grads_fa2_close, assert_served, grads
 import flash_attn_cuda
 from flash_attn_cuda import attention
 from flash_attn_cuda.reference import attention_ref
@@ -73,6 +73,26 @@ def test_deterministic_is_bit_identical_and_right(shape, causal):
             assert torch.equal(a, b), f"{name} differs between deterministic runs"
     if seqlen_q * seqlen_k <= 2 ** 22:  # the float32 reference is N^2 memory
         check_backward(q, k, v, causal, deterministic=True)
+
+
+SM90_HDIMS = flash_attn_cuda._ops.sm90_head_dims()
+
+
+@pytest.mark.parametrize("hdim", SM90_HDIMS or (128,))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k,nheads_k", [(113, 203, 3), (512, 512, 1), (1000, 700, 3)])
+def test_gradients_through_each_family(seqlen_q, seqlen_k, nheads_k, causal, hdim, family):
+    """The backward runs on the out and lse of either forward family (same contract): gradients
+    vs the reference, and the forward really ran on the family asked for."""
+    if hdim not in HDIMS:
+        pytest.skip(f"head dim {hdim} not compiled")
+    torch.manual_seed(seqlen_q + hdim)
+    dtype = DTYPES[-1]
+    q = torch.randn(2, seqlen_q, 3, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
+    check_backward(q, k, v, causal)
+    assert_served(family, q, k)  # check_backward's own forward was the last one
 
 
 def test_strided_input_gradients():

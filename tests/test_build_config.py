@@ -11,9 +11,14 @@ import build_config  # noqa: E402
 import gen_instantiations  # noqa: E402
 
 
+def no_gpu():
+    return []
+
+
 def test_defaults():
-    cfg = build_config.from_env({})
-    assert cfg.archs == (80, 90)
+    cfg = build_config.from_env({}, no_gpu)
+    assert cfg.archs == (80, 90) and cfg.sm90a is True  # the full default without a GPU: "80;90;90a"
+    assert build_config.families(cfg) == ("sm80", "sm90")
     assert cfg.head_dims == (32, 64, 96, 128, 160, 192, 224, 256)
     assert cfg.dtypes == ("fp16", "bf16")
     assert cfg.backward is True
@@ -43,10 +48,91 @@ def test_archs(text, expected):
     assert build_config.parse_archs(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["75", "sm_70", "ninety", "9"])
+@pytest.mark.parametrize("bad", ["75", "sm_70", "ninety", "9", "100a", "80a", "9.0b"])
 def test_bad_archs_raise(bad):
     with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_ARCHS"):
         build_config.parse_archs(bad)
+
+
+@pytest.mark.parametrize("text,archs,sm90a", [
+    ("90;90a", (90,), True), ("80 90 90a", (80, 90), True), ("9.0a", (90,), True), ("sm_90a", (90,), True),
+    ("90a", (90,), True),  # the sm80 family (fallback, backward, decode) is built for plain 90 then
+    ("80;90", (80, 90), False), ("86", (86,), False), ("100", (100,), False),
+])
+def test_arch_list_with_90a(text, archs, sm90a):
+    assert build_config.parse_arch_list(text) == (archs, sm90a)
+    cfg = build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": text}, no_gpu)
+    assert (cfg.archs, cfg.sm90a) == (archs, sm90a)
+    assert build_config.families(cfg) == (("sm80", "sm90") if sm90a else ("sm80",))
+
+
+def probe(*capabilities):
+    """A visible-GPU probe returning these compute capabilities; fails the test if called twice."""
+    calls = []
+
+    def visible():
+        calls.append(1)
+        assert len(calls) == 1
+        return list(capabilities)
+    return visible
+
+
+def fail_probe():
+    raise AssertionError("the GPUs must not be probed when an arch list is set")
+
+
+@pytest.mark.parametrize("capabilities,archs,sm90a", [
+    ([(9, 0)], (90,), True),                   # H100/H200: sm80-family code for 9.0 plus the sm90 family
+    ([(8, 0), (8, 0)], (80,), False),
+    ([(8, 6), (9, 0)], (86, 90), True),
+    ([(8, 9)], (89,), False),
+    ([(10, 0)], (100,), False),                # sm_90a code does not run on 10.0: sm80 family only
+    ([(7, 5), (9, 0)], (90,), True),           # a GPU the kernels cannot run on is left out
+])
+def test_default_archs_are_the_visible_gpus(capabilities, archs, sm90a):
+    got_archs, got_sm90a, why = build_config.resolve_archs({}, probe(*capabilities))
+    assert (got_archs, got_sm90a) == (archs, sm90a)
+    assert why.startswith("the visible GPUs (compute capability ")
+    assert build_config.format_archs(got_archs, got_sm90a) == ";".join(map(str, archs)) + (";90a" if sm90a else "")
+
+
+@pytest.mark.parametrize("capabilities,why", [([], "no GPU visible: the full default"),
+                                              ([(7, 5)], "no visible GPU is sm_80 or newer: the full default")])
+def test_default_archs_without_a_usable_gpu(capabilities, why):
+    assert build_config.resolve_archs({}, probe(*capabilities)) == ((80, 90), True, why)
+    assert build_config.format_archs((80, 90), True) == "80;90;90a"
+
+
+def test_arch_lists_take_precedence_over_the_gpus():
+    env = {"FLASH_ATTN_CUDA_ARCHS": "80", "TORCH_CUDA_ARCH_LIST": "9.0a"}
+    assert build_config.resolve_archs(env, fail_probe) == ((80,), False, "FLASH_ATTN_CUDA_ARCHS=80")
+    # PyTorch's variable and forms: +PTX, archs below sm_80 dropped (it serves every extension)
+    env = {"TORCH_CUDA_ARCH_LIST": "7.5;8.0;8.6+PTX;9.0a"}
+    assert build_config.resolve_archs(env, fail_probe)[:2] == ((80, 86, 90), True)
+    # "native" (as in PyTorch) and empty values mean the visible GPUs
+    assert build_config.resolve_archs({"TORCH_CUDA_ARCH_LIST": "native", "FLASH_ATTN_CUDA_ARCHS": " "},
+                                      probe((9, 0)))[:2] == ((90,), True)
+    with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST: no arch of sm_80 or newer"):
+        build_config.resolve_archs({"TORCH_CUDA_ARCH_LIST": "7.0;7.5"}, fail_probe)
+    with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST: expected compute capabilities"):
+        build_config.resolve_archs({"TORCH_CUDA_ARCH_LIST": "Hopper"}, fail_probe)
+
+
+def test_visible_gpu_probe_on_this_machine():
+    """The real probe answers a list of (major, minor) either way (empty without a GPU)."""
+    import torch
+    capabilities = build_config.visible_gpu_capabilities()
+    assert capabilities == [tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else capabilities == []
+
+
+def test_family_flags_sm90_units_get_sm90a_only():
+    cfg = build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": "80;90;90a"}, no_gpu)
+    sm80 = build_config.family_gencode_flags("sm80", cfg)
+    sm90 = build_config.family_gencode_flags("sm90", cfg)
+    assert sm90 == ["-gencode=arch=compute_90a,code=sm_90a", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
+    assert sm80 == build_config.nvcc_gencode_flags((80, 90))
+    assert not any("90a" in f or "EXTENDED_MMA" in f for f in sm80)
 
 
 def test_head_dims_and_dtypes():
@@ -80,6 +166,45 @@ def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
     gen_instantiations.generate(tmp_path, (64,), ("fp16",), ("fwd", "bwd"))
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["bwd_hdim64_fp16.cu", "fwd_hdim64_fp16.cu"]
     assert "run_bwd_<cutlass::half_t, 64>(const flash::BwdParams&" in (tmp_path / "bwd_hdim64_fp16.cu").read_text()
+
+
+def test_generator_sm90_rows(tmp_path):
+    """sm90 forward files: head dims {64, 128, 256} of the built ones, every built dtype, only with
+    the sm90 family; build_config.h lists them."""
+    hdims, dtypes = (32, 64, 96, 128, 256), ("fp16", "bf16")
+    files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80", "sm90"))
+    sm90 = sorted(pathlib.Path(f).name for f in files if pathlib.Path(f).name.startswith("sm90_"))
+    assert sm90 == sorted(f"sm90_fwd_hdim{d}_{t}.cu" for d in (64, 128, 256) for t in dtypes)
+    assert len(files) == 2 * len(hdims) * len(dtypes) + len(sm90)  # sm80 fwd + bwd unchanged
+    text = (tmp_path / "sm90_fwd_hdim128_bf16.cu").read_text()
+    assert '#include "../sm90/fwd_launch.h"' in text
+    assert "template cudaError_t flash::sm90::run_fwd_<cutlass::bfloat16_t, 128>(const flash::FwdParams&, cudaStream_t);" \
+        in text
+    assert text.count("template ") == 1
+    config = (tmp_path / "build_config.h").read_text()
+    assert "#define FLASH_SM90_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
+    assert all(gen_instantiations.source_family(f) == ("sm90" if pathlib.Path(f).name in sm90 else "sm80")
+               for f in files)
+
+    # without the sm90 family: no sm90 files (stale ones removed), an empty list in build_config.h
+    files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80",))
+    assert not list(tmp_path.glob("sm90_*")) and all(gen_instantiations.source_family(f) == "sm80" for f in files)
+    assert "#define FLASH_SM90_FOR_EACH_HDIM(X) \n" in (tmp_path / "build_config.h").read_text()
+    # head dims outside {64, 128, 256} only: the family is built but has nothing to compile
+    gen_instantiations.generate(tmp_path, (96,), ("bf16",), ("fwd",), ("sm80", "sm90"))
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["fwd_hdim96_bf16.cu"]
+
+
+def test_generator_command_line_follows_the_arch_flag(tmp_path):
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTN_CUDA_")}
+    for archs, expected in (("90;90a", ["fwd_hdim128_bf16.cu", "sm90_fwd_hdim128_bf16.cu"]),
+                            ("90", ["fwd_hdim128_bf16.cu"])):
+        env.update(FLASH_ATTN_CUDA_ARCHS=archs, FLASH_ATTN_CUDA_HDIMS="128", FLASH_ATTN_CUDA_DTYPES="bf16",
+                   FLASH_ATTN_CUDA_BACKWARD="0", FLASH_ATTN_CUDA_KVCACHE="0")
+        subprocess.run([sys.executable, str(root / "tools" / "gen_instantiations.py"), "--out", str(tmp_path)],
+                       env=env, check=True, capture_output=True, timeout=120)
+        assert sorted(p.name for p in tmp_path.glob("*.cu")) == expected, archs
 
 
 MEMINFO = "MemTotal:       131072000 kB\nMemFree:         1000000 kB\nMemAvailable:   23068672 kB\n"

@@ -21,8 +21,12 @@ CSRC = ROOT / "csrc"
 DISPATCH_SOURCES = sorted(CSRC.glob("*_dispatch.cu"))
 # Headers that hold __global__ kernel bodies (or include them).
 KERNEL_HEADERS = {"fwd_kernel.h", "bwd_kernel.h", "fwd_launch.h", "bwd_launch.h"}
-# Host stubs of the kernels as `nm -C` prints them (templates: flash::fwd_kernel<...>(...)).
-KERNEL_SYMBOL = re.compile(r"flash::\w*_kernel<")
+# Host stubs of the kernels as `nm -C` prints them (templates: flash::fwd_kernel<...>(...)), and
+# nvcc's launch stub of any __global__ function, whatever its name (the sm90 family's kernels too).
+KERNEL_SYMBOL = re.compile(r"flash::(?:\w+::)*\w*_kernel<|__device_stub__")
+# The sm90 family's headers a dispatch file may reach: its declarations and the host-only support
+# check (csrc/sm90/fwd_api.h); every other csrc/sm90/ header holds or reaches kernel code.
+SM90_INTERFACE = {"fwd_api.h", "fwd_supports.h"}
 MAX_DISPATCH_OBJECT_BYTES = 1 << 20  # an object with kernels in it is megabytes (bwd: 6.6 MB)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -49,14 +53,39 @@ def test_dispatch_includes_no_kernel_body(source):
     assert not reached & KERNEL_HEADERS, f"{source.name} includes kernel bodies via {sorted(reached & KERNEL_HEADERS)}"
 
 
+@pytest.mark.parametrize("source", DISPATCH_SOURCES, ids=lambda p: p.name)
+def test_dispatch_reaches_only_the_sm90_interface(source):
+    sm90 = {p.name for p in local_includes(source) if p.parent == CSRC / "sm90"}
+    assert sm90 <= SM90_INTERFACE, f"{source.name} reaches sm90 kernel headers {sorted(sm90 - SM90_INTERFACE)}"
+
+
+def test_fwd_dispatch_reaches_the_sm90_interface():
+    assert {p.name for p in local_includes(CSRC / "fwd_dispatch.cu") if p.parent == CSRC / "sm90"} == SM90_INTERFACE
+
+
+_ANGLE_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
+
+
+def test_sm90_interface_is_host_only():
+    """fwd_api.h and fwd_supports.h (compiled into the dispatch for every arch) pull in no CuTe."""
+    for name in SM90_INTERFACE:
+        header = CSRC / "sm90" / name
+        files = {header} | local_includes(header)
+        angle = {inc for f in files for inc in _ANGLE_INCLUDE.findall(f.read_text())}
+        assert not {inc for inc in angle if inc.startswith("cute/")}, f"sm90/{name} includes CuTe: {sorted(angle)}"
+        assert not {p.name for p in files} & KERNEL_HEADERS, f"sm90/{name} reaches kernel headers"
+
+
 def test_include_graph_sees_kernels_where_they_are():
     # The check above can fail: an instantiation file reaches the kernel bodies through its launch header.
-    text = "#include \"../bwd_launch.h\"\n"
+    text = "#include \"../bwd_launch.h\"\n#include \"../sm90/fwd_launch.h\"\n"
     probe = CSRC / "instantiations" / "_include_probe.cu"
     probe.parent.mkdir(exist_ok=True)
     probe.write_text(text)
     try:
-        assert {"bwd_kernel.h", "bwd_launch.h"} <= {p.name for p in local_includes(probe)}
+        reached = local_includes(probe)
+        assert {"bwd_kernel.h", "bwd_launch.h"} <= {p.name for p in reached}
+        assert CSRC / "sm90" / "fwd_launch.h" in reached  # the sm90 check above can fail too
     finally:
         probe.unlink()
 

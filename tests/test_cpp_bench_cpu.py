@@ -73,6 +73,22 @@ def test_help_lists_the_options(bench):
                    "--check", "--grid", "--compiled"):
         assert option in result.stdout
     assert ("--deterministic" in result.stdout) == (bench.name == "bench_bwd")
+    assert ("--family sm80|sm90|auto" in result.stdout) == (bench.name == "bench_fwd")
+
+
+def test_family_option():
+    """bench_fwd takes --family sm80|sm90|auto (bad values exit 2); bench_bwd has no such option."""
+    fwd, bwd = BUILD / "bench_fwd", BUILD / "bench_bwd"
+    if not fwd.exists():
+        pytest.skip("build/cpp/bench_fwd not built (make bench-cpp)")
+    result = run(fwd, "--family", "sm70")
+    assert result.returncode == 2 and "--family: sm80, sm90 or auto, got sm70" in result.stderr
+    hdims, dtypes = compiled(fwd)
+    if not torch.cuda.is_available():  # a valid family gets as far as looking for the GPU
+        result = run(fwd, "--family", "sm90", "--hdim", str(hdims[0]), "--dtype", dtypes[0])
+        assert result.returncode == 2 and "no CUDA GPU" in result.stderr
+    if bwd.exists():
+        assert "unknown argument --family" in run(bwd, "--family", "sm80").stderr
 
 
 @pytest.mark.parametrize("bench", BENCHES)
@@ -194,6 +210,15 @@ def test_check_matrix_on_this_machine_without_gpu(tmp_path):
     assert line.startswith("check_matrix: no CUDA GPU visible (")
 
 
+def test_check_matrix_runs_bench_fwd_per_family(tmp_path):
+    smi = _stand_in(tmp_path, "smi", "echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'")
+    result, runs = _check_matrix_on_stand_ins(tmp_path, {"NVIDIA_SMI": str(smi), "FAMILIES": "sm80 sm90"})
+    assert result.returncode == 0, result.stderr
+    assert runs == ["bench_fwd", "bench_fwd", "bench_bwd"] * 2 + ["bench_bwd"]
+    assert [line.split(" | ")[0].split()[-2:] for line in result.stdout.splitlines() if " bench_fwd " in line] == [
+        ["--family", "sm80"], ["--family", "sm90"]] * 2
+
+
 def test_check_matrix_runs_the_cases_when_nvidia_smi_lists_a_gpu(tmp_path):
     smi = _stand_in(tmp_path, "smi", "echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'")
     result, runs = _check_matrix_on_stand_ins(tmp_path, {"NVIDIA_SMI": str(smi)})
@@ -262,3 +287,29 @@ def test_bench_cpp_rebuilds_when_build_flags_change(tmp_path):
         assert len(planned) == 3, (change, planned)  # both objects recompiled and bench_fwd relinked
         assert stamp.read_text() != text  # (make -n rewrote it: the '+' line runs in dry runs)
         assert len(_make(tree, base, "-t")) == 3 and stamp.read_text() == text  # back to the base build
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
+    """With 90a in the archs the generator writes sm90_fwd_*.cu and make compiles them with the sm90
+    family's flags (sm_90a alone, extended wgmma shapes), every other object with the plain archs."""
+    tree = _make_tree(tmp_path)
+    env = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90;90a")
+    subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=env, check=True, capture_output=True)
+    planned = _make(tree, env, "-n")
+    objects = {line.split(" -o ")[1].split()[0]: line for line in planned if " -c " in line}
+    assert set(objects) == {"build/cpp/fwd_dispatch.o", "build/cpp/instantiations/fwd_hdim64_bf16.o",
+                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o"}
+    for obj, line in objects.items():
+        sm90 = "sm90_" in obj
+        assert ("-gencode=arch=compute_90a,code=sm_90a" in line) == sm90, line
+        assert ("-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in line) == sm90, line
+        assert ("-gencode=arch=compute_90,code=sm_90" in line) == (not sm90), line
+    link = [line for line in planned if " -c " not in line and "bench_fwd.cu" in line]
+    assert link and "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o" in link[0]
+    # dropping 90a: the generator removes the sm90 unit and the flags stamp changes, so all is rebuilt
+    plain = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90")
+    subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=plain, check=True, capture_output=True)
+    assert not list((tree / "csrc" / "instantiations").glob("sm90_*"))
+    replanned = _make(tree, plain, "-n")
+    assert not any("instantiations/sm90_" in line for line in replanned), replanned

@@ -43,6 +43,7 @@ struct Options {
   int batch = 4, seqlen = 4096, seqlen_k = -1, heads = 16, hdim = 128, reps = 50;
   bool causal = false, check = false, grid = false;
   bool deterministic = false;           // bench_bwd only
+  flash::FwdFamily family = flash::FwdFamily::kAuto;  // bench_fwd only: --family sm80|sm90|auto
   bool help = false, list_compiled = false;
   flash::DType dtype = flash::DType::kBFloat16;
 
@@ -63,8 +64,9 @@ inline bool parse_int(const char* s, int& out) {
 
 // Fills `o` from argv; 0 on success, kExitError (with a message on stderr) otherwise. --help and
 // --compiled only set o.help / o.list_compiled: the caller prints and exits 0. `--deterministic`
-// is accepted only with with_deterministic (bench_bwd).
-inline int parse(int argc, char** argv, Options& o, const char* prog, bool with_deterministic) {
+// is accepted only with with_deterministic (bench_bwd), `--family` only with with_family (bench_fwd).
+inline int parse(int argc, char** argv, Options& o, const char* prog, bool with_deterministic,
+                 bool with_family = false) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -92,6 +94,12 @@ inline int parse(int argc, char** argv, Options& o, const char* prog, bool with_
       if (t == "bf16") o.dtype = flash::DType::kBFloat16;
       else if (t == "fp16") o.dtype = flash::DType::kFloat16;
       else { std::fprintf(stderr, "--dtype: bf16 or fp16, got %s\n", t.c_str()); return kExitError; }
+    } else if (a == "--family" && with_family) {
+      const std::string f = next();
+      if (f == "sm80") o.family = flash::FwdFamily::kSm80;
+      else if (f == "sm90") o.family = flash::FwdFamily::kSm90;
+      else if (f == "auto") o.family = flash::FwdFamily::kAuto;
+      else { std::fprintf(stderr, "--family: sm80, sm90 or auto, got %s\n", f.c_str()); return kExitError; }
     } else if (a == "--check") o.check = true;
     else if (a == "--grid") o.grid = true;
     else if (a == "--deterministic" && with_deterministic) o.deterministic = true;
@@ -177,6 +185,7 @@ inline flash::FwdParams dense_fwd_params(const Options& o, const void* q, const 
   p.scale_log2 = p.softmax_scale * float(M_LOG2E);
   p.window_right = o.causal ? 0 : -1;
   p.dtype = o.dtype;
+  p.family = o.family;
   return p;
 }
 

@@ -2,7 +2,12 @@
 // kernel core (csrc/) and the CUDA runtime.
 //
 //   bench_fwd [--batch B] [--seqlen S] [--seqlen-k SK] [--heads H] [--hdim D] [--causal 0|1]
-//             [--dtype bf16|fp16] [--reps N] [--check] [--grid] [--compiled] [--help]
+//             [--dtype bf16|fp16] [--family sm80|sm90|auto] [--reps N] [--check] [--grid] [--compiled]
+//             [--help]
+//
+// --family picks the kernel family as FLASH_ATTN_CUDA_FAMILY does for the extension (params.h,
+// FwdFamily): sm90 runs where the build compiled it (90a), the GPU is compute capability 9.0 and it
+// implements the call; elsewhere sm80 runs. The "family" column says which one ran.
 //
 // --grid runs the FA2-paper grid for --hdim (batch*seqlen = 16k, hidden 2048, seqlen 512..16k,
 // causal and not). --check compares against a simple fp32 reference kernel on the same inputs
@@ -33,9 +38,12 @@ using bench::to_float;
 constexpr char kUsage[] =
     "bench_fwd: the forward kernel timed with CUDA events (median), TFLOP/s = 4*B*Sq*Sk*H*D (/2 causal)\n"
     "  bench_fwd [--batch B] [--seqlen S] [--seqlen-k SK] [--heads H] [--hdim D] [--causal 0|1]\n"
-    "            [--dtype bf16|fp16] [--reps N] [--check] [--grid] [--compiled] [--help]\n"
+    "            [--dtype bf16|fp16] [--family sm80|sm90|auto] [--reps N] [--check] [--grid] [--compiled] [--help]\n"
     "  defaults: --batch 4 --seqlen 4096 --seqlen-k (= seqlen) --heads 16 --hdim 128 --causal 0 --dtype bf16\n"
-    "            --reps 50\n"
+    "            --family auto --reps 50\n"
+    "  --family    sm90: the Hopper kernels where they can serve the call (built with 90a, a compute capability\n"
+    "              9.0 GPU, options they implement), else sm80; sm80: the sm80 kernels; the family column says\n"
+    "              which ran\n"
     "  --check     compare out and lse with an fp32 reference kernel on the same inputs; exit 1 on mismatch\n"
     "  --grid      the FA2-paper grid for --hdim (batch*seqlen = 16k, hidden 2048, seqlen 512..16k, causal 0/1)\n"
     "  --compiled  print the head dims and dtypes this build runs, and exit\n"
@@ -87,18 +95,19 @@ __global__ void max_lse_diff(const float* lse, const float* ref, size_t n, float
   atomicMax(reinterpret_cast<int*>(result), __float_as_int(worst));
 }
 
-cudaError_t run(const flash::FwdParams& p, cudaStream_t stream) {
+cudaError_t run(const flash::FwdParams& p, cudaStream_t stream, flash::FwdFamily* ran = nullptr) {
 #ifdef BENCH_HDIM
+  if (ran != nullptr) *ran = flash::FwdFamily::kSm80;
   if (p.dtype == flash::DType::kBFloat16) {
     return flash::launch_fwd<flash::FwdTraits<BENCH_HDIM, BENCH_BM, BENCH_BN, BENCH_WARPS, cutlass::bfloat16_t, BENCH_SPLIT>>(p, stream);
   }
   return flash::launch_fwd<flash::FwdTraits<BENCH_HDIM, BENCH_BM, BENCH_BN, BENCH_WARPS, cutlass::half_t, BENCH_SPLIT>>(p, stream);
 #else
-  return flash::run_fwd(p, stream);
+  return flash::run_fwd(p, stream, ran);
 #endif
 }
 
-struct Result { double ms, tflops; float max_err, max_lse_err; };
+struct Result { double ms, tflops; float max_err, max_lse_err; flash::FwdFamily family; };
 
 template <typename T>
 Result bench_one(const Options& o) {
@@ -123,12 +132,12 @@ Result bench_one(const Options& o) {
 #endif
   const flash::FwdParams p = bench::dense_fwd_params(o, q, k, v, out, lse, headdim_rounded);
 
-  Result r{0, 0, 0, 0};
+  Result r{0, 0, 0, 0, flash::FwdFamily::kSm80};
   const size_t nlse = size_t(o.batch) * o.heads * o.seqlen;
   if (o.check) {
     bench::fill_nan<<<1024, 256>>>(out, nq);
     bench::fill_nan<<<1024, 256>>>(lse, nlse);
-    CUDA_CHECK(run(p, nullptr));
+    CUDA_CHECK(run(p, nullptr, &r.family));
     float *ref, *ref_lse, *err;
     CUDA_CHECK(cudaMalloc(&ref, nq * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&ref_lse, nlse * sizeof(float)));
@@ -147,7 +156,7 @@ Result bench_one(const Options& o) {
     CUDA_CHECK(cudaFree(err));
   }
 
-  r.ms = bench::median_ms([&] { return run(p, nullptr); }, o.reps);
+  r.ms = bench::median_ms([&] { return run(p, nullptr, &r.family); }, o.reps);
   double flops = 4.0 * o.batch * double(o.seqlen) * sk * o.heads * o.hdim;
   if (o.causal) flops /= 2;  // exact only for seqlen_q == seqlen_k, the benchmark's case
   r.tflops = flops / (r.ms * 1e-3) / 1e12;
@@ -180,7 +189,7 @@ std::vector<flash::DType> compiled_dtypes() {
 
 int main(int argc, char** argv) {
   Options o;
-  if (int rc = bench::parse(argc, argv, o, "bench_fwd", /*with_deterministic=*/false)) return rc;
+  if (int rc = bench::parse(argc, argv, o, "bench_fwd", /*with_deterministic=*/false, /*with_family=*/true)) return rc;
   if (o.help) { std::printf("%s", kUsage); return 0; }
   if (o.list_compiled) { bench::print_compiled(compiled_head_dims(), compiled_dtypes()); return 0; }
   if (int rc = bench::check_compiled(o, "bench_fwd", compiled_head_dims(), compiled_dtypes())) return rc;
@@ -190,7 +199,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const int smem = flash::fwd_shared_memory_bytes(flash::round_head_dim(o.hdim));
-  if (smem > smem_optin) {
+  const flash::FwdParams probe = bench::dense_fwd_params(o, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                         flash::round_head_dim(o.hdim));
+  if (smem > smem_optin && flash::fwd_family(probe) == flash::FwdFamily::kSm80) {  // sm90: 9.0's 227 KB
     std::fprintf(stderr,
                  "bench_fwd: the head-dim-%d kernel needs %d KB of shared memory per block; this GPU allows %d KB\n",
                  flash::round_head_dim(o.hdim), smem / 1024, smem_optin / 1024);
@@ -199,12 +210,16 @@ int main(int argc, char** argv) {
 #endif
   const std::vector<Options> runs = bench::runs_for(o);
   int failures = 0;
-  std::printf("%-6s %-5s %-7s %-7s %-6s %-5s %-6s %10s %10s%s\n", "dtype", "hdim", "seqlen", "seqlen_k", "batch",
-              "heads", "causal", "ms", "TFLOP/s", o.check ? "    max_err    lse_err" : "");
+  std::printf("%-6s %-5s %-7s %-7s %-6s %-5s %-6s %-6s %10s %10s%s\n", "dtype", "hdim", "seqlen", "seqlen_k", "batch",
+              "heads", "causal", "family", "ms", "TFLOP/s", o.check ? "    max_err    lse_err" : "");
   for (const Options& r : runs) {
     Result res = bench_any(r);
-    std::printf("%-6s %-5d %-7d %-7d %-6d %-5d %-6d %10.4f %10.1f", bench::dtype_name(r.dtype), r.hdim, r.seqlen,
-                r.sk(), r.batch, r.heads, int(r.causal), res.ms, res.tflops);
+    std::printf("%-6s %-5d %-7d %-7d %-6d %-5d %-6d %-6s %10.4f %10.1f", bench::dtype_name(r.dtype), r.hdim, r.seqlen,
+                r.sk(), r.batch, r.heads, int(r.causal), flash::family_name(res.family), res.ms, res.tflops);
+    if (r.family == flash::FwdFamily::kSm90 && res.family != flash::FwdFamily::kSm90) {
+      std::fprintf(stderr, "bench_fwd: --family sm90 cannot serve this call (sm90 not compiled for this head dim "
+                           "and dtype, not a compute capability 9.0 GPU, or options it does not implement): ran sm80\n");
+    }
     if (r.check) {
       // bf16 keeps 8 mantissa bits: outputs in [-1, 1] round to within 2^-8; allow 2 roundings.
       const float tol = r.dtype == flash::DType::kBFloat16 ? 1.6e-2f : 2e-3f;

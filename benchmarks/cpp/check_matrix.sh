@@ -11,6 +11,7 @@
 #
 #   benchmarks/cpp/check_matrix.sh [BUILD_DIR]                       (default build/cpp)
 #   HDIMS="64 128" DTYPES=bf16 SEQLENS="1000:1337" benchmarks/cpp/check_matrix.sh
+#   FAMILIES="sm80 sm90" benchmarks/cpp/check_matrix.sh   (bench_fwd once per kernel family: --family)
 #   env: REPS (timed runs per case, default 3), CASE_TIMEOUT (seconds per case, default 300),
 #        NVIDIA_SMI (the nvidia-smi asked whether a GPU is visible; tests point it at a stand-in)
 # Without a visible GPU it prints one line and exits 2 before running any case.
@@ -66,7 +67,11 @@ for d in $hdims; do
     for causal in 0 1; do
       for s in $seqlens; do
         args=(--hdim "$d" --dtype "$t" --causal "$causal" --seqlen "${s%%:*}" --seqlen-k "${s##*:}")
-        run_case bench_fwd "${args[@]}"
+        if [ -n "${FAMILIES:-}" ]; then
+          for f in $FAMILIES; do run_case bench_fwd "${args[@]}" --family "$f"; done
+        else
+          run_case bench_fwd "${args[@]}"
+        fi
         run_case bench_bwd "${args[@]}"
       done
     done
