@@ -1,5 +1,6 @@
 // Score modifiers applied to the raw S = Q K^T tile before masking and the softmax, in the
 // reference order (flash_attn_cuda.reference.attention_ref): scale -> softcap -> ALiBi -> mask.
+// softcap and ALiBi combine (as in flash-attn): S = tanh(s / softcap) - slope / softcap * |i + shift - j|.
 //
 // softcap > 0 replaces the scaled score s = softmax_scale * q.k by softcap * tanh(s / softcap).
 // The kernels keep scores in units of softcap then (S holds tanh(q.k * softmax_scale / softcap))
@@ -61,18 +62,29 @@ CUTE_DEVICE void apply_alibi(Tensor<AccEngine, AccLayout>& acc_s, CoordTensor co
   }
 }
 
+// |i + shift - j| of element (r, c) of a rowcol tile view; coords: its identity partition, row0 /
+// col0: the tile's first query row and key.
+template <class CoordTensor>
+CUTE_DEVICE float alibi_distance(CoordTensor const& coords, int r, int c, int row0, int col0, int shift) {
+  return static_cast<float>(abs(row0 + get<0>(coords(r, c)) + shift - col0 - get<1>(coords(r, c))));
+}
+
 // dS *= d(softcap * tanh(x / softcap)) / dx = 1 - t^2, t the tanh value, when params.softcap > 0.
-// The backward recovers t from P = exp2(t * scale_log2 - lse_log2) instead of keeping the tanh
-// tile live: t = (log2(P) + lse_log2) / scale_log2. Where P == 0 the factor is moot (dS = 0).
-//   ds, p: rowcol views (rows, cols) of dS and P; lse_log2: per row
-template <class DS, class P, class Lse>
-CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, FwdParams const& params) {
+// The backward recovers t from P = exp2((t - slope * |i + shift - j|) * scale_log2 - lse_log2)
+// instead of keeping the tanh tile live: t = (log2(P) + lse_log2) / scale_log2 + slope * |i + shift - j|
+// (slope: the ALiBi slope in score units, 0 without ALiBi). Where P == 0 the factor is moot (dS = 0).
+//   ds, p: rowcol views (rows, cols) of dS and P; lse_log2: per row; coords, row0, col0, shift as
+//   apply_alibi's
+template <class DS, class P, class Lse, class CoordTensor>
+CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, FwdParams const& params,
+                                    CoordTensor const& coords, float slope, int row0, int col0, int shift) {
   if (params.softcap > 0.f) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(ds); ++r) {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(ds); ++c) {
-        const float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2);
+        float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2);
+        if (slope != 0.f) { t += slope * alibi_distance(coords, r, c, row0, col0, shift); }
         ds(r, c) *= p(r, c) > 0.f ? 1.f - t * t : 0.f;
       }
     }
