@@ -184,3 +184,9 @@ def attention_varlen(
 
 from .packed import (attention_kvpacked, attention_qkvpacked, attention_varlen_kvpacked,  # noqa: E402
                      attention_varlen_qkvpacked)
+
+from . import sdpa  # noqa: E402
+
+# "flash_attn_cuda" in PyTorch's SDPA flash registry (PyTorch >= 2.11); never activated here:
+# torch.nn.attention.activate_flash_attention_impl("flash_attn_cuda") does that.
+sdpa.register()
