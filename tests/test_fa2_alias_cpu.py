@@ -90,9 +90,32 @@ def test_case_filter_names_each_reason(monkeypatch):
     assert "not compiled" in conf.skip_reason("test_flash_attn_output", dict(d=64, dtype=torch.float16))
 
 
-def test_sample_is_fixed_and_covers_every_function():
+def test_sample_is_fixed_and_spread_in_proportion():
     conf = _suite_conftest()
-    items = [types.SimpleNamespace(originalname=f"test_{i % 3}") for i in range(300)]
-    first, again = conf._sample(items, 30, 0), conf._sample(items, 30, 0)
-    assert first == again and 28 <= len(first) <= 32
-    assert {i.originalname for i in items if id(i) in first} == {"test_0", "test_1", "test_2"}
+    first, again = conf._sample(300, 1000, 40, 0, "test_a"), conf._sample(300, 1000, 40, 0, "test_a")
+    assert first == again and len(first) == 12 and len(set(first)) == 12 and max(first) < 300
+    assert conf._sample(300, 1000, 40, 1, "test_a") != first          # another seed, another sample
+    assert len(conf._sample(3, 100000, 40, 0, "test_b")) == 2           # at least 2 of every function
+    assert conf._sample(1, 100000, 40, 0, "test_c") == [0]
+
+
+def test_plan_enumerates_the_marks_and_filters(monkeypatch):
+    conf = _suite_conftest()
+    import flash_attn_cuda
+    monkeypatch.setattr(flash_attn_cuda, "compiled_head_dims", lambda: (64,))
+    monkeypatch.setattr(flash_attn_cuda, "compiled_dtypes", lambda: (torch.bfloat16,))
+
+    @pytest.mark.parametrize("dropout_p", [0.0, 0.17])
+    @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 2), (3, 4)])
+    @pytest.mark.parametrize("d", [59, 128])
+    def test_x(d, seqlen_q, seqlen_k, dropout_p):
+        pass
+
+    plan = conf._plan(types.SimpleNamespace(test_x=test_x, helper=len))
+    names, runnable = plan["test_x"]
+    assert sorted(names) == ["d", "dropout_p", "seqlen_k", "seqlen_q"]
+    cases = [dict(zip(names, c)) for c in runnable]
+    assert len(cases) == 2 and all(c["d"] == 59 and c["dropout_p"] == 0.0 for c in cases)
+    assert {(c["seqlen_q"], c["seqlen_k"]) for c in cases} == {(1, 2), (3, 4)}
+    assert conf._TOTALS["all"] == 8 and conf._TOTALS["runnable"] == 2
+    assert sum(conf._EXCLUDED.values()) == 6

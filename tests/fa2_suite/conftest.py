@@ -7,16 +7,23 @@ Which of its cases run:
   with a head dim that is not a multiple of 8 (the cache is written in place: padding would copy
   it), and head dims / dtypes this build did not compile;
 - of the rest, a fixed sample (FA2_SUITE_SAMPLE cases, default 400, spread over the suite's test
-  functions in proportion, seed FA2_SUITE_SEED, default 0); FA2_SUITE_SAMPLE=all runs all of them.
-  The cases left out of the sample are deselected (pytest reports the count).
+  functions in proportion to their size, at least 2 each, seed FA2_SUITE_SEED, default 0), drawn
+  when pytest generates the cases (the suite parametrizes about 500k: generating them all takes
+  minutes); the summary line says how many were parametrized, servable and sampled, and why the
+  others are not servable. FA2_SUITE_SAMPLE=all generates and runs every case (unservable ones
+  skipped with the reason).
 Without a GPU or the built extension the suite is not collected (its module queries the GPU on
 import); without the fetched file, test_fa2_suite_present.py says how to get it.
 """
+import collections
+import itertools
 import os
 import pathlib
 import random
 import sys
+import zlib
 
+import pytest
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -30,6 +37,9 @@ except ImportError:   # the GPU host has no package registry
     sys.modules["einops"] = _einops_fallback
 
 import flash_attn_cuda  # noqa: E402
+
+SAMPLE = os.environ.get("FA2_SUITE_SAMPLE", "400")
+SEED = int(os.environ.get("FA2_SUITE_SEED", "0"))
 
 collect_ignore = []
 if not (torch.cuda.is_available() and flash_attn_cuda._ops.HAS_EXTENSION and SUITE.exists()):
@@ -58,36 +68,87 @@ def skip_reason(name: str, params: dict) -> str:
     return ""
 
 
-def _sample(items, count: int, seed: int):
-    """About count items spread over the test functions in proportion (at least 2 of each)."""
-    by_function = {}
-    for item in items:
-        by_function.setdefault(item.originalname, []).append(item)
-    rng = random.Random(seed)
-    kept = set()
-    for group in by_function.values():
-        share = max(2, round(count * len(group) / max(1, len(items))))
-        kept.update(id(i) for i in rng.sample(group, min(share, len(group))))
-    return kept
+def _marks(marks):
+    """parametrize marks' (argnames, values) as [(names tuple, [value tuples])]."""
+    out = []
+    for names, values in marks:
+        names = tuple(n.strip() for n in names.split(",")) if isinstance(names, str) else tuple(names)
+        out.append((names, list(values) if len(names) > 1 else [(v,) for v in values]))
+    return out
+
+
+def _cases(marks):
+    """Every combination of the marks' values: (flat argnames, [flat value tuples])."""
+    names = tuple(n for ns, _ in marks for n in ns)
+    return names, [tuple(v for part in combo for v in part) for combo in itertools.product(*(vs for _, vs in marks))]
+
+
+def _sample(runnable: int, runnable_all: int, count: int, seed: int, name: str) -> list:
+    """Indices of this function's share of count cases (in proportion to its servable cases in the
+    whole suite, at least 2), drawn with a fixed seed per function."""
+    share = max(2, round(count * runnable / max(1, runnable_all)))
+    rng = random.Random(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return sorted(rng.sample(range(runnable), min(share, runnable)))
+
+
+_PLAN: dict = {}   # function name -> (flat argnames, servable cases)
+_EXCLUDED: collections.Counter = collections.Counter()
+_TOTALS = {"all": 0, "runnable": 0, "sampled": 0}
+
+
+def _plan(module) -> dict:
+    """Every suite function's servable cases (once per session), and the counts for the summary."""
+    if not _PLAN:
+        for name, obj in vars(module).items():
+            marks = [(m.args[0], m.args[1]) for m in getattr(obj, "pytestmark", []) if m.name == "parametrize"]
+            if not (name.startswith("test_") and callable(obj) and marks):
+                continue
+            names, cases = _cases(_marks(marks))
+            runnable = []
+            for case in cases:
+                reason = skip_reason(name, dict(zip(names, case)))
+                if reason:
+                    _EXCLUDED[reason if "head dim" not in reason else "head dim above this build's"] += 1
+                else:
+                    runnable.append(case)
+            _PLAN[name] = (names, runnable)
+            _TOTALS["all"] += len(cases)
+            _TOTALS["runnable"] += len(runnable)
+    return _PLAN
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc):
+    """Sample mode: parametrize the suite's functions with their sampled, servable cases only
+    (generating all ~500k items and skipping most would take minutes); the parametrize marks are
+    then dropped so pytest does not expand them again. FA2_SUITE_SAMPLE=all leaves them alone."""
+    if pathlib.Path(str(metafunc.definition.fspath)).resolve() != SUITE or SAMPLE == "all":
+        return
+    plan = _plan(metafunc.module)
+    name = metafunc.definition.originalname
+    if name not in plan:
+        return
+    names, runnable = plan[name]
+    picked = [runnable[i] for i in _sample(len(runnable), _TOTALS["runnable"], int(SAMPLE), SEED, name)]
+    _TOTALS["sampled"] += len(picked)
+    metafunc.definition.own_markers = [m for m in metafunc.definition.own_markers if m.name != "parametrize"]
+    metafunc.parametrize(",".join(names), picked)
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-    suite = [i for i in items if pathlib.Path(str(i.fspath)).resolve() == SUITE]
-    runnable = []
-    for item in suite:
-        params = item.callspec.params if hasattr(item, "callspec") else {}
-        reason = skip_reason(item.originalname, params)
-        if reason:
-            item.add_marker(pytest.mark.skip(reason=reason))
-        else:
-            runnable.append(item)
-    sample = os.environ.get("FA2_SUITE_SAMPLE", "400")
-    if sample == "all":
+    """Full mode (FA2_SUITE_SAMPLE=all): the cases flash_attn_cuda cannot serve are skipped with the reason."""
+    if SAMPLE != "all":
         return
-    kept = _sample(runnable, int(sample), int(os.environ.get("FA2_SUITE_SEED", "0")))
-    dropped = [i for i in runnable if id(i) not in kept]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        dropped_ids = {id(i) for i in dropped}
-        items[:] = [i for i in items if id(i) not in dropped_ids]
+    for item in items:
+        if pathlib.Path(str(item.fspath)).resolve() == SUITE and hasattr(item, "callspec"):
+            reason = skip_reason(item.originalname, item.callspec.params)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TOTALS["all"]:
+        terminalreporter.write_line(
+            f"flash-attn suite: {_TOTALS['all']} cases parametrized, {_TOTALS['runnable']} servable, "
+            f"{_TOTALS['sampled']} sampled (FA2_SUITE_SAMPLE={SAMPLE}, FA2_SUITE_SEED={SEED}); not servable: "
+            + "; ".join(f"{n} x {r}" for r, n in _EXCLUDED.most_common()))
