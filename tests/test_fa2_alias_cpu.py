@@ -112,10 +112,10 @@ def test_plan_enumerates_the_marks_and_filters(monkeypatch):
         pass
 
     plan = conf._plan(types.SimpleNamespace(test_x=test_x, helper=len))
-    names, runnable = plan["test_x"]
+    names, runnable, reasons = plan["test_x"]
     assert sorted(names) == ["d", "dropout_p", "seqlen_k", "seqlen_q"]
     cases = [dict(zip(names, c)) for c in runnable]
     assert len(cases) == 2 and all(c["d"] == 59 and c["dropout_p"] == 0.0 for c in cases)
     assert {(c["seqlen_q"], c["seqlen_k"]) for c in cases} == {(1, 2), (3, 4)}
     assert conf._TOTALS["all"] == 8 and conf._TOTALS["runnable"] == 2
-    assert sum(conf._EXCLUDED.values()) == 6
+    assert sum(conf._EXCLUDED.values()) == 6 and reasons["attention dropout is not implemented in flash_attn_cuda"] == 4

@@ -104,14 +104,15 @@ def _plan(module) -> dict:
             if not (name.startswith("test_") and callable(obj) and marks):
                 continue
             names, cases = _cases(_marks(marks))
-            runnable = []
+            runnable, reasons = [], collections.Counter()
             for case in cases:
                 reason = skip_reason(name, dict(zip(names, case)))
                 if reason:
-                    _EXCLUDED[reason if "head dim" not in reason else "head dim above this build's"] += 1
+                    reasons[reason if not reason.startswith("head dim ") else "head dim above this build's"] += 1
                 else:
                     runnable.append(case)
-            _PLAN[name] = (names, runnable)
+            _EXCLUDED.update(reasons)
+            _PLAN[name] = (names, runnable, reasons)
             _TOTALS["all"] += len(cases)
             _TOTALS["runnable"] += len(runnable)
     return _PLAN
@@ -128,9 +129,12 @@ def pytest_generate_tests(metafunc):
     name = metafunc.definition.originalname
     if name not in plan:
         return
-    names, runnable = plan[name]
+    names, runnable, reasons = plan[name]
     picked = [runnable[i] for i in _sample(len(runnable), _TOTALS["runnable"], int(SAMPLE), SEED, name)]
     _TOTALS["sampled"] += len(picked)
+    if not picked:   # one skipped case saying why none of this function's cases is servable
+        why = "; ".join(f"{n} x {r}" for r, n in reasons.most_common())
+        picked = [pytest.param(*[None] * len(names), marks=pytest.mark.skip(reason=f"no servable case: {why}"))]
     metafunc.definition.own_markers = [m for m in metafunc.definition.own_markers if m.name != "parametrize"]
     metafunc.parametrize(",".join(names), picked)
 
