@@ -43,6 +43,18 @@ CUTE_DEVICE float alibi_slope_units(FwdParams const& params, int batch, int head
   return params.alibi_slopes_ptr[batch * params.alibi_slopes_batch_stride + head] / score_unit(params);
 }
 
+// i + shift - j at this thread's first column of row r of a rowcol tile view (coords: its identity
+// partition; row0 / col0: the tile's first query row and key), and the offset of column c from
+// that first column (a compile-time constant after unrolling): |i + shift - j| = |diag - offset|.
+template <class CoordTensor>
+CUTE_DEVICE int alibi_diag(CoordTensor const& coords, int r, int row0, int col0, int shift) {
+  return row0 + get<0>(coords(r, 0)) + shift - col0 - get<1>(coords(0, 0));
+}
+template <class CoordTensor>
+CUTE_DEVICE int alibi_col_offset(CoordTensor const& coords, int r, int c) {
+  return get<1>(coords(r, c)) - get<1>(coords(0, 0));
+}
+
 // S(i, j) -= slope * |i + shift - j| (slope in score units; skipped when 0). acc_s, coords:
 // rowcol views ((2, MMA_M), (2, MMA_N)) of the S tile and of its identity partition; row0, col0:
 // the tile's first query row and key.
@@ -50,23 +62,14 @@ template <class AccEngine, class AccLayout, class CoordTensor>
 CUTE_DEVICE void apply_alibi(Tensor<AccEngine, AccLayout>& acc_s, CoordTensor const& coords, float slope,
                              int row0, int col0, int shift) {
   if (slope == 0.f) { return; }
-  const int col_base = col0 + get<1>(coords(0, 0));
   CUTE_UNROLL
   for (int r = 0; r < size<0>(acc_s); ++r) {
-    const int diag = row0 + get<0>(coords(r, 0)) + shift - col_base;  // i + shift - j at this thread's first column
+    const int diag = alibi_diag(coords, r, row0, col0, shift);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(acc_s); ++c) {
-      const int col_off = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // compile-time after unrolling
-      acc_s(r, c) -= slope * static_cast<float>(abs(diag - col_off));
+      acc_s(r, c) -= slope * static_cast<float>(abs(diag - alibi_col_offset(coords, r, c)));
     }
   }
-}
-
-// |i + shift - j| of element (r, c) of a rowcol tile view; coords: its identity partition, row0 /
-// col0: the tile's first query row and key.
-template <class CoordTensor>
-CUTE_DEVICE float alibi_distance(CoordTensor const& coords, int r, int c, int row0, int col0, int shift) {
-  return static_cast<float>(abs(row0 + get<0>(coords(r, c)) + shift - col0 - get<1>(coords(r, c))));
 }
 
 // dS *= d(softcap * tanh(x / softcap)) / dx = 1 - t^2, t the tanh value, when params.softcap > 0.
@@ -81,10 +84,11 @@ CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, Fwd
   if (params.softcap > 0.f) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(ds); ++r) {
+      const int diag = alibi_diag(coords, r, row0, col0, shift);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(ds); ++c) {
-        float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2);
-        if (slope != 0.f) { t += slope * alibi_distance(coords, r, c, row0, col0, shift); }
+        const float bias = slope * static_cast<float>(abs(diag - alibi_col_offset(coords, r, c)));
+        const float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2) + bias;
         ds(r, c) *= p(r, c) > 0.f ? 1.f - t * t : 0.f;
       }
     }
