@@ -86,5 +86,6 @@ setup(
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
     python_requires=">=3.10",
     install_requires=["torch>=2.4"],
+    extras_require={"transformers": ["transformers>=4.53"]},  # flash_attn_cuda.integrations.transformers
     zip_safe=False,
 )
