@@ -94,5 +94,6 @@ setup(
         build_config.nvcc_gencode_flags(cfg.archs))},
     python_requires=">=3.10",
     install_requires=["torch>=2.4"],
+    extras_require={"transformers": ["transformers>=4.53"]},  # flash_attn_cuda.integrations.transformers
     zip_safe=False,
 )

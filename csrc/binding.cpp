@@ -148,12 +148,10 @@ bool use_decode_forward(const at::Tensor& q, int64_t seqlen_q, int64_t group, in
   return smem >= 0 && static_cast<size_t>(smem) <= at::cuda::getDeviceProperties(q.get_device())->sharedMemPerBlockOptin;
 }
 
-// alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads); not with softcap.
-void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, int64_t batch, int64_t nheads,
-                 double softcap) {
+// alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads).
+void check_alibi(const std::optional<at::Tensor>& slopes, const at::Tensor& q, int64_t batch, int64_t nheads) {
   if (!slopes.has_value()) { return; }
   const at::Tensor& s = *slopes;
-  TORCH_CHECK(softcap == 0.0, "flash_attn_cuda: alibi_slopes together with softcap is not supported");
   TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.device() == q.device(),
               "flash_attn_cuda: alibi_slopes must be a contiguous float32 tensor on q's device");
   const bool per_head = s.dim() == 1 && s.size(0) == nheads;
@@ -182,7 +180,7 @@ int check_options(const at::Tensor& q, int64_t batch, int64_t nheads, int64_t he
   checked_softcap(opt.softcap);
   window_side(opt.window_left, "left");
   window_side(opt.window_right, "right");
-  check_alibi(*opt.alibi_slopes, q, batch, nheads, opt.softcap);
+  check_alibi(*opt.alibi_slopes, q, batch, nheads);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
               " is larger than every head dim compiled into this build");
@@ -423,13 +421,13 @@ void check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
               " KB");
 }
 
-// dk/dv of each query head summed over its GQA group: (..., nheads, d) -> (..., nheads_k, d).
-at::Tensor sum_groups(const at::Tensor& per_q_head, int64_t nheads_k) {
+// dk/dv of each query head viewed by GQA group: (..., nheads, d) -> (..., nheads_k, group, d); summing
+// dim -2 gives (..., nheads_k, d).
+at::Tensor sum_groups_view(const at::Tensor& per_q_head, int64_t nheads_k) {
   const int64_t nheads = per_q_head.size(-2);
-  if (nheads == nheads_k) { return per_q_head; }
   std::vector<int64_t> shape(per_q_head.sizes().begin(), per_q_head.sizes().end() - 2);
   shape.insert(shape.end(), {nheads_k, nheads / nheads_k, per_q_head.size(-1)});
-  return per_q_head.view(shape).sum(-2);
+  return per_q_head.view(shape);
 }
 
 // p holds the forward's fields (fill_fwd_params / fill_varlen_params). Allocates the scratch of
@@ -464,14 +462,53 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream()), p, "backward");
 }
 
-// Backward (csrc/bwd_kernel.h). Gradients of out only; lse is not differentiable. With GQA,
-// dk/dv are computed per query head and summed over each group. deterministic: bit-identical
-// gradients run to run, at the cost of num_dq_splits float32 copies of dq (see params.h).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                                   double softmax_scale, bool causal, bool deterministic,
-                                                   int64_t window_left, int64_t window_right, double softcap,
-                                                   const std::optional<at::Tensor>& alibi_slopes) {
+// The gradient destinations of bwd_into / bwd_varlen_into: dq like q, dk/dv like k/v (shape,
+// dtype, device), any strides check_input takes (e.g. views into one packed dqkv tensor).
+void check_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& dq, const at::Tensor& dk,
+                 const at::Tensor& dv) {
+  const int64_t ndim = q.dim();
+  check_input(dq, "dq", ndim);
+  check_input(dk, "dk", ndim);
+  check_input(dv, "dv", ndim);
+  TORCH_CHECK(dq.sizes() == q.sizes() && dk.sizes() == k.sizes() && dv.sizes() == k.sizes(),
+              "flash_attn_cuda: dq must have q's shape and dk, dv k's shape");
+  for (const at::Tensor* t : {&dq, &dk, &dv}) {
+    TORCH_CHECK(t->device() == q.device() && t->scalar_type() == q.scalar_type(),
+                "flash_attn_cuda: dq, dk, dv must have q's dtype and device");
+  }
+}
+
+// p holds the forward's fields (unless empty: nothing to compute, zero gradients). With GQA
+// (nheads_k < nheads) the kernel writes dk/dv per query head into scratch, summed over each group
+// into dk/dv; otherwise straight into dk/dv.
+void run_backward_into(flash::BwdParams& p, const at::Tensor& dout, const at::Tensor& dq, at::Tensor dk,
+                       at::Tensor dv, bool deterministic, bool empty) {
+  const int64_t nheads = dq.size(-2), nheads_k = dk.size(-2);
+  const bool grouped = nheads != nheads_k;
+  std::vector<int64_t> full_shape(dk.sizes().begin(), dk.sizes().end());
+  full_shape[full_shape.size() - 2] = nheads;
+  at::Tensor dk_full = grouped ? at::empty(full_shape, dq.options()) : dk;  // (..., nheads, d) per query head
+  at::Tensor dv_full = grouped ? at::empty(full_shape, dq.options()) : dv;
+  if (empty) {
+    dq.zero_();
+    dk_full.zero_();
+    dv_full.zero_();
+  } else {
+    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
+  }
+  if (grouped) {
+    at::sum_out(dk, sum_groups_view(dk_full, nheads_k), {-2});
+    at::sum_out(dv, sum_groups_view(dv_full, nheads_k), {-2});
+  }
+}
+
+// Backward (csrc/bwd_kernel.h) into caller-given dq, dk, dv (check_grads). Gradients of out only;
+// lse is not differentiable. deterministic: bit-identical gradients run to run, at the cost of
+// num_dq_splits float32 copies of dq (see params.h).
+void bwd_into(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dq, const at::Tensor& dk,
+              const at::Tensor& dv, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
+              int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
   const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   check_input(q, "q");
   check_input(k, "k");
@@ -495,34 +532,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
               "flash_attn_cuda: lse must be contiguous float32 (batch, nheads, seqlen_q)");
   TORCH_CHECK(seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen && batch <= 65535 && nheads <= 65535,
               "flash_attn_cuda: sizes out of range");
+  check_grads(q, k, dq, dk, dv);
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   check_bwd_smem(q, headdim_rounded);
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());  // per query head
-  at::Tensor dv_full = at::empty({batch, seqlen_k, nheads, headdim}, q.options());  // per query head
-  if (q.numel() == 0 || k.numel() == 0) {
-    dq.zero_();
-    dk_full.zero_();
-    dv_full.zero_();
-  } else {
-    flash::BwdParams p;
-    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
-    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
-  }
-  return {dq, sum_groups(dk_full, nheads_k), sum_groups(dv_full, nheads_k)};
+  const bool empty = q.numel() == 0 || k.numel() == 0;
+  flash::BwdParams p;
+  if (!empty) { fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded); }
+  run_backward_into(p, dout, dq, dk, dv, deterministic, empty);
 }
 
-// Backward of fwd_varlen: packed tensors as there, lse (nheads, total_q) from it.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
-    int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
-    int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
+// bwd_into with fresh dq (like q), dk, dv (like k, v), contiguous.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                                   double softmax_scale, bool causal, bool deterministic,
+                                                   int64_t window_left, int64_t window_right, double softcap,
+                                                   const std::optional<at::Tensor>& alibi_slopes) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flash_attn_cuda: q, k, v must be 4-D");
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  bwd_into(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, deterministic, window_left, window_right,
+           softcap, alibi_slopes);
+  return {dq, dk, dv};
+}
+
+// Backward of fwd_varlen into caller-given dq, dk, dv (check_grads): packed tensors as there,
+// lse (nheads, total_q) from it.
+void bwd_varlen_into(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& out, const at::Tensor& lse, const at::Tensor& cu_seqlens_q,
+                     const at::Tensor& cu_seqlens_k, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+                     bool deterministic, int64_t window_left, int64_t window_right, double softcap,
+                     const std::optional<at::Tensor>& alibi_slopes) {
   const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
   const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  const int64_t total_q = q.size(0), total_k = k.size(0), nheads = q.size(1), nheads_k = k.size(1);
+  const int64_t total_q = q.size(0), nheads = q.size(1);
   const int64_t headdim = q.size(2);
   check_input(out, "out", 3);
   check_input(dout, "dout", 3);
@@ -535,24 +581,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
   TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
                   lse.sizes() == at::IntArrayRef({nheads, total_q}),
               "flash_attn_cuda: lse must be contiguous float32 (nheads, total_q)");
+  check_grads(q, k, dq, dk, dv);
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   check_bwd_smem(q, headdim_rounded);
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk_full = at::empty({total_k, nheads, headdim}, q.options());  // per query head
-  at::Tensor dv_full = at::empty({total_k, nheads, headdim}, q.options());  // per query head
-  if (q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0) {
-    dq.zero_();
-    dk_full.zero_();
-    dv_full.zero_();
-  } else {
-    flash::BwdParams p;
+  const bool empty = q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0;
+  flash::BwdParams p;
+  if (!empty) {
     fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                        opt, headdim_rounded);
-    launch_backward(p, dout, dq, dk_full, dv_full, deterministic);
   }
-  return {dq, sum_groups(dk_full, nheads_k), sum_groups(dv_full, nheads_k)};
+  run_backward_into(p, dout, dq, dk, dv, deterministic, empty);
+}
+
+// bwd_varlen_into with fresh dq (like q), dk, dv (like k, v), contiguous.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
+    int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "flash_attn_cuda: q, k, v must be 3-D");
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  bwd_varlen_into(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, dq, dk, dv, max_seqlen_q, max_seqlen_k,
+                  softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes);
+  return {dq, dk, dv};
 }
 #endif
 
@@ -639,6 +694,14 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
         "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
         "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
         "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+  // The same backwards writing into caller-given gradients (e.g. views into one packed dqkv).
+  m.def("bwd_into(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, "
+        "Tensor(c!) dv, float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, "
+        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) -> ()");
+  m.def("bwd_varlen_into(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
+        "Tensor cu_seqlens_k, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, int max_seqlen_q, int max_seqlen_k, "
+        "float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, int window_right=-1, "
+        "float softcap=0.0, Tensor? alibi_slopes=None) -> ()");
 #endif
 }
 
@@ -648,6 +711,8 @@ TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", &bwd);
   m.impl("bwd_varlen", &bwd_varlen);
+  m.impl("bwd_into", &bwd_into);
+  m.impl("bwd_varlen_into", &bwd_varlen_into);
 #endif
 }
 
@@ -658,6 +723,8 @@ TORCH_LIBRARY_IMPL(flash_attn_cuda, CPU, m) {
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", refuse());
   m.impl("bwd_varlen", refuse());
+  m.impl("bwd_into", refuse());
+  m.impl("bwd_varlen_into", refuse());
 #endif
 }
 

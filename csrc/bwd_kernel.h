@@ -333,7 +333,10 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
         acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
       }
     }
-    if constexpr (kMods) { apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params); }
+    if constexpr (kMods) {
+      apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params, tScS_rc, alibi_slope, m_block * kBlockM,
+                         n_block * kBlockN, vk.shift);
+    }
 
     // P and dS to shared memory: the dK/dV and dQ products read them transposed / by other warps.
     Tensor rP = convert_type<Element>(acc_s);

@@ -39,7 +39,6 @@ bool params_supported(const FwdParams& params) {
          // the online softmax takes the row max of raw scores: only right for a positive scale
          params.softmax_scale > 0.f && std::isnormal(params.scale_log2) &&
          params.softcap >= 0.f && params.softcap <= 3.0e38f &&
-         !(params.softcap > 0.f && params.alibi_slopes_ptr != nullptr) &&
          // varlen: both prefix sums or neither, packed tensors (no batch strides)
          (params.cu_seqlens_q == nullptr) == (params.cu_seqlens_k == nullptr) &&
          (params.cu_seqlens_q == nullptr ||

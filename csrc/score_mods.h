@@ -1,5 +1,6 @@
 // Score modifiers applied to the raw S = Q K^T tile before masking and the softmax, in the
 // reference order (flash_attn_cuda.reference.attention_ref): scale -> softcap -> ALiBi -> mask.
+// softcap and ALiBi combine (as in flash-attn): S = tanh(s / softcap) - slope / softcap * |i + shift - j|.
 //
 // softcap > 0 replaces the scaled score s = softmax_scale * q.k by softcap * tanh(s / softcap).
 // The kernels keep scores in units of softcap then (S holds tanh(q.k * softmax_scale / softcap))
@@ -42,6 +43,18 @@ CUTE_DEVICE float alibi_slope_units(FwdParams const& params, int batch, int head
   return params.alibi_slopes_ptr[batch * params.alibi_slopes_batch_stride + head] / score_unit(params);
 }
 
+// i + shift - j at this thread's first column of row r of a rowcol tile view (coords: its identity
+// partition; row0 / col0: the tile's first query row and key), and the offset of column c from
+// that first column (a compile-time constant after unrolling): |i + shift - j| = |diag - offset|.
+template <class CoordTensor>
+CUTE_DEVICE int alibi_diag(CoordTensor const& coords, int r, int row0, int col0, int shift) {
+  return row0 + get<0>(coords(r, 0)) + shift - col0 - get<1>(coords(0, 0));
+}
+template <class CoordTensor>
+CUTE_DEVICE int alibi_col_offset(CoordTensor const& coords, int r, int c) {
+  return get<1>(coords(r, c)) - get<1>(coords(0, 0));
+}
+
 // S(i, j) -= slope * |i + shift - j| (slope in score units; skipped when 0). acc_s, coords:
 // rowcol views ((2, MMA_M), (2, MMA_N)) of the S tile and of its identity partition; row0, col0:
 // the tile's first query row and key.
@@ -49,30 +62,33 @@ template <class AccEngine, class AccLayout, class CoordTensor>
 CUTE_DEVICE void apply_alibi(Tensor<AccEngine, AccLayout>& acc_s, CoordTensor const& coords, float slope,
                              int row0, int col0, int shift) {
   if (slope == 0.f) { return; }
-  const int col_base = col0 + get<1>(coords(0, 0));
   CUTE_UNROLL
   for (int r = 0; r < size<0>(acc_s); ++r) {
-    const int diag = row0 + get<0>(coords(r, 0)) + shift - col_base;  // i + shift - j at this thread's first column
+    const int diag = alibi_diag(coords, r, row0, col0, shift);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(acc_s); ++c) {
-      const int col_off = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // compile-time after unrolling
-      acc_s(r, c) -= slope * static_cast<float>(abs(diag - col_off));
+      acc_s(r, c) -= slope * static_cast<float>(abs(diag - alibi_col_offset(coords, r, c)));
     }
   }
 }
 
 // dS *= d(softcap * tanh(x / softcap)) / dx = 1 - t^2, t the tanh value, when params.softcap > 0.
-// The backward recovers t from P = exp2(t * scale_log2 - lse_log2) instead of keeping the tanh
-// tile live: t = (log2(P) + lse_log2) / scale_log2. Where P == 0 the factor is moot (dS = 0).
-//   ds, p: rowcol views (rows, cols) of dS and P; lse_log2: per row
-template <class DS, class P, class Lse>
-CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, FwdParams const& params) {
+// The backward recovers t from P = exp2((t - slope * |i + shift - j|) * scale_log2 - lse_log2)
+// instead of keeping the tanh tile live: t = (log2(P) + lse_log2) / scale_log2 + slope * |i + shift - j|
+// (slope: the ALiBi slope in score units, 0 without ALiBi). Where P == 0 the factor is moot (dS = 0).
+//   ds, p: rowcol views (rows, cols) of dS and P; lse_log2: per row; coords, row0, col0, shift as
+//   apply_alibi's
+template <class DS, class P, class Lse, class CoordTensor>
+CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, FwdParams const& params,
+                                    CoordTensor const& coords, float slope, int row0, int col0, int shift) {
   if (params.softcap > 0.f) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(ds); ++r) {
+      const int diag = alibi_diag(coords, r, row0, col0, shift);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(ds); ++c) {
-        const float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2);
+        const float bias = slope * static_cast<float>(abs(diag - alibi_col_offset(coords, r, c)));
+        const float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2) + bias;
         ds(r, c) *= p(r, c) > 0.f ? 1.f - t * t : 0.f;
       }
     }

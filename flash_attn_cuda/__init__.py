@@ -10,13 +10,15 @@ from typing import Optional, Tuple, Union
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
+from . import _pad
 from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims, require_extension
 from .kvcache import attention_with_kvcache
 from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softcap_combination,
                         check_softmax_scale, check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compiled_head_dims", "compiled_dtypes",
+__all__ = ["attention", "attention_varlen", "attention_qkvpacked", "attention_kvpacked", "attention_varlen_qkvpacked",
+           "attention_varlen_kvpacked", "attention_with_kvcache", "compiled_head_dims", "compiled_dtypes",
            "__version__"]
 
 
@@ -79,13 +81,14 @@ def attention(
         causal: mask keys after the query, aligned to the bottom-right corner of the score matrix
             (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
             no key get output 0 and LSE -inf.
-        window_size: (left, right) sliding window: query i sees keys j with
+        window_size: (left, right) sliding window (a tuple, or a two-element integer tensor as
+            flash-attn takes it): query i sees keys j with
             i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; -1 = unbounded
             on that side. causal=True sets right = 0. K/V blocks outside the window are skipped.
         softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap) (Gemma-2 style);
             0 = off.
         alibi_slopes: float32 (nheads,) or (batch, nheads): head h adds
-            -slope * |i + seqlen_k - seqlen_q - j| to its scaled scores (not with softcap).
+            -slope * |i + seqlen_k - seqlen_q - j| to its scaled scores (after softcap, when both).
         deterministic: make the backward bit-reproducible (dq is otherwise summed with float32
             atomics in a run-dependent order): same bits on every run for the same GPU model,
             shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
@@ -94,14 +97,21 @@ def attention(
         return_attn_probs: must be False (flash-attn's testing-only dropout mask); use return_lse.
         return_lse: (keyword) also return the log-sum-exp of each row's scaled scores.
 
-    headdim must be a multiple of 8 and <= 256; only the last dimension of each input must be
-    contiguous (strided views of the others are fine).
+    headdim <= 256; one that is not a multiple of 8 is zero-padded to the next one here (a copy
+    of q, k, v; exact; out and the gradients come back in the original head dim). Only the last
+    dimension of each input must be contiguous (strided views of the others are fine).
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), the dtype of q; and if return_lse,
         lse: (batch, nheads, seqlen_q) float32.
     """
     require_extension()
+    if _pad.needs_pad(q, k, v):
+        d = q.shape[-1]
+        return _pad.unpad_result(
+            attention(_pad.pad_last(q), _pad.pad_last(k), _pad.pad_last(v), dropout_p,
+                      _pad.default_scale(softmax_scale, d), causal, window_size, softcap, alibi_slopes, deterministic,
+                      return_attn_probs, return_lse=return_lse), d, return_lse)
     # While torch.compile traces, storage offsets and the GPU are out of reach: the op's C++
     # side checks alignment and capability on the real tensors at run time.
     compiling = torch.compiler.is_compiling()
@@ -150,6 +160,13 @@ def attention_varlen(
     unmodified pair of tensors, never while torch.compile traces.
     """
     require_extension()
+    if _pad.needs_pad(q, k, v):  # head dims that are not a multiple of 8, as in attention()
+        d = q.shape[-1]
+        return _pad.unpad_result(
+            attention_varlen(_pad.pad_last(q), _pad.pad_last(k), _pad.pad_last(v), cu_seqlens_q, cu_seqlens_k,
+                             max_seqlen_q, max_seqlen_k, dropout_p, _pad.default_scale(softmax_scale, d), causal,
+                             window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                             return_lse=return_lse), d, return_lse)
     compiling = torch.compiler.is_compiling()
     _, batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    compiled_head_dims(), compiled_dtypes(),
@@ -163,3 +180,13 @@ def attention_varlen(
                                                     bool(deterministic),
                                                     window_left, window_right, softcap, alibi_slopes)
     return (out, lse) if return_lse else out
+
+
+from .packed import (attention_kvpacked, attention_qkvpacked, attention_varlen_kvpacked,  # noqa: E402
+                     attention_varlen_qkvpacked)
+
+from . import sdpa  # noqa: E402
+
+# "flash_attn_cuda" in PyTorch's SDPA flash registry (PyTorch >= 2.11); never activated here:
+# torch.nn.attention.activate_flash_attention_impl("flash_attn_cuda") does that.
+sdpa.register()

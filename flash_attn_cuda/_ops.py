@@ -167,6 +167,10 @@ def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
             torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
 
+def _bwd_into_fake(*args, **kwargs):
+    return None
+
+
 # The ops exist only when the extension loaded: register their fake impls and autograd then.
 if HAS_EXTENSION:
     torch.library.register_fake("flash_attn_cuda::fwd", _fwd_fake)
@@ -177,3 +181,6 @@ if HAS_EXTENSION:
     if HAS_BACKWARD:
         torch.library.register_fake("flash_attn_cuda::bwd", _bwd_fake)
         torch.library.register_fake("flash_attn_cuda::bwd_varlen", _bwd_varlen_fake)
+        # The backwards into caller-given gradients (packed.py) write their dq/dk/dv args only.
+        torch.library.register_fake("flash_attn_cuda::bwd_into", _bwd_into_fake)
+        torch.library.register_fake("flash_attn_cuda::bwd_varlen_into", _bwd_into_fake)

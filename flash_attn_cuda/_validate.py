@@ -116,6 +116,13 @@ def _check_qkv(q, k, v, ndim: int, compiled_head_dims: Sequence[int], compiled_d
     return runnable
 
 
+def padded_head_dim(headdim: int) -> int:
+    """The head dim the kernels run for headdim: headdim rounded up to a multiple of 8 (the
+    kernels' 16-byte loads); the Python layer zero-pads the inputs' last dimension to it (see
+    flash_attn_cuda._pad) and slices the output and gradients back."""
+    return (headdim + 7) // 8 * 8
+
+
 def check_head_dim(headdim: int) -> None:
     """A head dim the kernels take: a positive multiple of 8, at most MAX_HEAD_DIM."""
     if headdim > MAX_HEAD_DIM:
@@ -179,8 +186,10 @@ def check_flag(name: str, value: object) -> bool:
 
 
 def check_window_size(window_size: object, causal: bool = False) -> Tuple[int, int]:
-    """window_size = (left, right): two ints >= -1, -1 meaning unbounded on that side. Key j is
-    visible to query i iff i + sk - sq - left <= j <= i + sk - sq + right (csrc/params.h).
+    """window_size = (left, right): two ints >= -1, -1 meaning unbounded on that side, as a tuple,
+    a list or (as flash-attn takes it) a two-element integer tensor (its values are read: a
+    device-to-host copy for a CUDA tensor). Key j is visible to query i iff
+    i + sk - sq - left <= j <= i + sk - sq + right (csrc/params.h).
 
     Returns the effective (left, right) the kernels take:
       - causal=True forces right = 0 and keeps left (as flash-attn does): causal with
@@ -192,6 +201,13 @@ def check_window_size(window_size: object, causal: bool = False) -> Tuple[int, i
     above); flash-attn instead turns a side >= seqlen_k into -1, which differs from the literal
     rule only for right >= seqlen_k when seqlen_q > seqlen_k + 1.
     """
+    if isinstance(window_size, torch.Tensor):
+        if window_size.dtype.is_floating_point or window_size.dtype.is_complex or window_size.dtype == torch.bool:
+            raise TypeError(f"flash_attn_cuda: a window_size tensor must hold integers, got {window_size.dtype}")
+        if window_size.dim() != 1:
+            raise ValueError(f"flash_attn_cuda: a window_size tensor must be 1-D (left, right), got shape "
+                             f"{tuple(window_size.shape)}")
+        window_size = tuple(int(w) for w in window_size.tolist())
     if not isinstance(window_size, (tuple, list)):
         raise TypeError(f"flash_attn_cuda: window_size must be a tuple (left, right) of ints, got "
                         f"{type(window_size).__name__}")
@@ -220,11 +236,9 @@ def check_softcap(softcap: object) -> float:
 
 
 def check_softcap_combination(softcap: float, softmax_scale: float, alibi_slopes: Optional[torch.Tensor]) -> None:
-    """A checked softcap with the other score options: not together with alibi_slopes, and in range
-    for softmax_scale (the kernels take softmax_scale / softcap, tanh's argument scale, and
-    2 softcap log2(e) as float32)."""
-    if alibi_slopes is not None and softcap != 0:
-        raise ValueError("flash_attn_cuda: alibi_slopes together with softcap is not supported")
+    """A checked softcap in range for softmax_scale (the kernels take softmax_scale / softcap, tanh's
+    argument scale, and 2 softcap log2(e) as float32). alibi_slopes combines with it (flash-attn's
+    order: the bias is added to the capped score); kept in the signature for the callers."""
     if softcap != 0 and not (softmax_scale / softcap >= FLT_MIN and 2 * softcap * math.log2(math.e) <= FLT_MAX):
         raise ValueError(f"flash_attn_cuda: softcap {softcap} is out of range for softmax_scale {softmax_scale} "
                          "(softmax_scale / softcap must be a normal float32 and softcap below about 1e38)")

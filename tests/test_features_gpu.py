@@ -117,13 +117,38 @@ def test_alibi_forward_and_backward(seqlen_q, seqlen_k, window_size, causal, per
             lambda a, b, c, dt: _alibi_ref(a, b, c, causal, window_size, slopes, dt)[0], (q, k, v), torch.randn_like(q))
 
 
-def test_alibi_with_softcap_is_refused():
+def _alibi_softcap_ref(q, k, v, causal, window_size, slopes, softcap, compute_dtype):
+    return attention_ref(q, k, v, causal, compute_dtype=compute_dtype, window_size=window_size, alibi_slopes=slopes,
+                         softcap=softcap)
+
+
+@pytest.mark.parametrize("softcap", [2.0, 50.0])
+@pytest.mark.parametrize("per_batch,nheads_k", [(False, 4), (True, 2)], ids=str)
+@pytest.mark.parametrize("window_size,causal", [((-1, -1), False), ((-1, -1), True), ((64, 16), False)], ids=str)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1000, 255), (777, 777)])
+def test_alibi_with_softcap(seqlen_q, seqlen_k, window_size, causal, per_batch, nheads_k, softcap):
+    """flash-attn's order: softcap first, the ALiBi bias added to the capped score; the backward
+    recovers tanh from P with the bias added back (score_mods.h apply_softcap_grad)."""
     hdim, dtype = HDIMS[0], DTYPES[0]
-    q = torch.randn(1, 16, 2, hdim, device="cuda", dtype=dtype)
-    with pytest.raises(ValueError, match="alibi_slopes together with softcap"):
-        attention(q, q, q, softcap=5.0, alibi_slopes=torch.ones(2, device="cuda"))
-    with pytest.raises(RuntimeError, match="alibi_slopes together with softcap"):
-        torch.ops.flash_attn_cuda.fwd(q, q, q, 0.125, False, False, -1, -1, 5.0, torch.ones(2, device="cuda"))
+    torch.manual_seed(seqlen_q + seqlen_k + int(softcap))
+    batch, nheads = 2, 4
+    q = 2 * torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=dtype)
+    slopes = torch.rand((batch, nheads) if per_batch else (nheads,), device="cuda") * 0.5
+    poison((q.shape, q.dtype))
+    out, lse = attention(q, k, v, causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=slopes,
+                         return_lse=True)
+    ref, ref_lse = _alibi_softcap_ref(q, k, v, causal, window_size, slopes, softcap, torch.float32)
+    ref_lowp, _ = _alibi_softcap_ref(q, k, v, causal, window_size, slopes, softcap, None)
+    assert_fa2_close("out", out, ref, ref_lowp)
+    assert_lse_close(lse, ref_lse, rtol=2e-3)  # tanh.approx
+    if HAS_BACKWARD:
+        assert_grads_fa2_close(
+            lambda a, b, c: attention(a, b, c, causal=causal, window_size=window_size, softcap=softcap,
+                                      alibi_slopes=slopes),
+            lambda a, b, c, dt: _alibi_softcap_ref(a, b, c, causal, window_size, slopes, softcap, dt)[0], (q, k, v),
+            torch.randn_like(q))
 
 
 def test_saturating_softcap_gradients():

@@ -504,8 +504,6 @@ BAD = [
     ("softmax_scale_zero", lambda: base(softmax_scale=0.0), ValueError, "softmax_scale"),
     ("alibi_dtype", lambda: base(alibi_slopes=t(4)), TypeError, "alibi_slopes must be torch.float32"),
     ("alibi_shape", lambda: base(alibi_slopes=t(2, dtype=torch.float32)), ValueError, "alibi_slopes must have shape"),
-    ("alibi_with_softcap", lambda: base(alibi_slopes=t(4, dtype=torch.float32), softcap=5.0), ValueError,
-     "alibi_slopes together with softcap"),
 ]
 
 

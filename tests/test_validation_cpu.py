@@ -57,7 +57,7 @@ BAD = [
     ("head dims", lambda: (t(1, 4, 2, HDIM), t(1, 5, 2, HDIM + 8), t(1, 5, 2, HDIM + 8)), ValueError,
      "head dims differ"),
     ("d > 256", lambda: (t(1, 4, 2, 264),) * 3, ValueError, "<= 256"),
-    ("d % 8", lambda: (t(1, 4, 2, 60),) * 3, ValueError, "multiple of 8"),
+    ("d % 8 mixed", lambda: (t(1, 4, 2, 60), t(1, 4, 2, 64), t(1, 4, 2, 64)), ValueError, "head dims differ"),
     ("last dim strided", lambda: (t(1, 4, 2, 2 * HDIM)[..., ::2],) * 3, ValueError, "contiguous last dimension"),
     ("misaligned", lambda: (t(1, 4, 2, HDIM + 8)[..., 1:HDIM + 1],) * 3, ValueError, "16-byte aligned"),
     ("grid", lambda: (t(70000, 1, 1, HDIM),) * 3, ValueError, "<= 65535"),

@@ -1,0 +1,2 @@
+"""Backends for other libraries' attention registries (optional dependencies: each module imports
+its library only when used)."""
