@@ -47,7 +47,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
+IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80")
+# flash_attn_cuda_sm80: ours with the forward forced to the sm80 (FA2) kernel family
+# (FLASH_ATTN_CUDA_FAMILY=sm80 around each call), to compare the families in one run.
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPE_COLUMNS = ["impl", "dtype", "hdim", "seqlen", "causal", "batch", "nheads"]
@@ -129,13 +131,37 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     if impl == "flash_attn_cuda":
         from flash_attn_cuda import attention
         return lambda q, k, v: attention(q, k, v, causal=causal)
+    if impl in FAMILY_IMPLS:
+        return forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal))
     return sdpa_fn(impl, causal)
+
+
+FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80"}  # impl -> forced FLASH_ATTN_CUDA_FAMILY
+
+
+def is_ours(impl: str) -> bool:
+    return impl == "flash_attn_cuda" or impl in FAMILY_IMPLS
+
+
+def forced_family(family: str, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """fn with FLASH_ATTN_CUDA_FAMILY=family while it runs (the binding reads it on every forward call)."""
+    def run(*args):
+        old = os.environ.get("FLASH_ATTN_CUDA_FAMILY")
+        os.environ["FLASH_ATTN_CUDA_FAMILY"] = family
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                del os.environ["FLASH_ATTN_CUDA_FAMILY"]
+            else:
+                os.environ["FLASH_ATTN_CUDA_FAMILY"] = old
+    return run
 
 
 def to_native(impl: str, inputs: List[tuple]) -> List[tuple]:
     """Input sets of (batch, seqlen, nheads, d) tensors in impl's layout: as they are for
     flash_attn_cuda, contiguous (batch, nheads, seqlen, d) copies for SDPA (made here, untimed)."""
-    if impl == "flash_attn_cuda":
+    if is_ours(impl):
         return inputs
     return [tuple(t.transpose(1, 2).contiguous() for t in ts) for ts in inputs]
 
@@ -165,7 +191,7 @@ def make_bwd(impl: str, inputs: List[tuple], causal: bool,
 
 def _check_backward(impl: str) -> None:
     """Raise (as a backend would) when impl has no backward in this build."""
-    if impl == "flash_attn_cuda":
+    if is_ours(impl):
         from flash_attn_cuda._ops import HAS_BACKWARD, require_extension
         require_extension()
         if not HAS_BACKWARD:
@@ -272,7 +298,7 @@ def measure_memory(impl: str, dtype: torch.dtype, hdim: int, seqlen: int, causal
     """impl's peak bytes of one fwd+bwd at (MEMORY_BATCH, seqlen, MEMORY_NHEADS, hdim) next to the
     essential bytes: q, k, v, dout, out, dq, dk, dv and the float32 LSE (batch, nheads, seqlen)."""
     batch, nheads = MEMORY_BATCH, MEMORY_NHEADS
-    shape = (batch, seqlen, nheads, hdim) if impl == "flash_attn_cuda" else (batch, nheads, seqlen, hdim)
+    shape = (batch, seqlen, nheads, hdim) if is_ours(impl) else (batch, nheads, seqlen, hdim)
     essential = 8 * math.prod(shape) * dtype.itemsize + 4 * batch * nheads * seqlen
     row: Row = {"impl": impl, "peak_bytes": "", "essential_bytes": essential}
     try:

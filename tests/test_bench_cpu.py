@@ -218,3 +218,17 @@ def test_memory_report_lines_and_md():
     lines = bench.memory_md([row, failed], "bf16").splitlines()
     assert "| flash_attn_cuda | 3.0 | 2.0 | 1.50 |" in lines
     assert "| sdpa_flash | n/a (OOM) | 2.0 | n/a |" in lines
+
+
+def test_forced_family_sets_the_variable_only_during_the_call(monkeypatch):
+    from flash_attn_cuda import bench
+    monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "auto")
+    seen = []
+    run = bench.forced_family("sm80", lambda *a: seen.append(os.environ.get("FLASH_ATTN_CUDA_FAMILY")) or len(a))
+    assert run(1, 2, 3) == 3
+    assert seen == ["sm80"] and os.environ["FLASH_ATTN_CUDA_FAMILY"] == "auto"
+    monkeypatch.delenv("FLASH_ATTN_CUDA_FAMILY")
+    run()
+    assert seen[-1] == "sm80" and "FLASH_ATTN_CUDA_FAMILY" not in os.environ
+    assert bench.is_ours("flash_attn_cuda_sm80") and "flash_attn_cuda_sm80" in bench.IMPLS
+    assert not bench.is_ours("sdpa_flash")
