@@ -1,0 +1,38 @@
+// Which forward calls the sm90 family serves (host only, no CuTe): fwd_dispatch.cu includes this
+// once. Everything else goes to the sm80 kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "../params.h"
+#include "fwd_api.h"
+
+namespace flash::sm90 {
+
+namespace detail {
+inline bool tma_aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+// TMA: global strides (bytes) multiples of 16 -> element strides multiples of 8 (16-bit types).
+inline bool tma_strides(int64_t row, int64_t head, int64_t batch) {
+  return row > 0 && head >= 0 && batch >= 0 && row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
+}
+}  // namespace detail
+
+inline bool fwd_supports(const FwdParams& p) {
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) { return false; }
+  if (p.headdim != p.headdim_rounded || p.headdim != 128) { return false; }
+  if (needs_mods(p)) { return false; }  // softcap, ALiBi, left window, varlen
+  const bool causal = p.window_left < 0 && p.window_right == 0;
+  const bool full = p.window_left < 0 && p.window_right < 0;
+  if (!causal && !full) { return false; }
+  if (p.seqlen_q < 1 || p.seqlen_k < 1 || p.nheads_k < 1 || p.nheads % p.nheads_k != 0) { return false; }
+  if (p.lse_ptr == nullptr) { return false; }
+  for (const void* ptr : {p.q_ptr, p.k_ptr, p.v_ptr, static_cast<const void*>(p.o_ptr)}) {
+    if (!detail::tma_aligned(ptr)) { return false; }
+  }
+  return detail::tma_strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
+         detail::tma_strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
+         detail::tma_strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride) &&
+         detail::tma_strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride);
+}
+
+}  // namespace flash::sm90
