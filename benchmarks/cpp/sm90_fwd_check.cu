@@ -80,7 +80,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using fp16 = __half;
-__host__ __device__ inline float tof(bf16 x) { return tof(x); }
+__host__ __device__ inline float tof(bf16 x) { return __bfloat162float(x); }
 __host__ __device__ inline float tof(fp16 x) { return __half2float(x); }
 __device__ inline void fromf(float x, bf16& y) { y = __float2bfloat16(x); }
 __device__ inline void fromf(float x, fp16& y) { y = __float2half(x); }
