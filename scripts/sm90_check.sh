@@ -8,7 +8,7 @@ set -euo pipefail
 OUTD=${1:-/tmp/sm90_check}
 mkdir -p "$OUTD"
 if [ -z "${CUTLASS_DIR:-}" ]; then
-  unzip -qo .whl/nvidia_cutlass-*.whl 'cutlass_library/source/include/*' 'cutlass_library/source/tools/util/include/*' -d "$OUTD/cutlass"
+  python3 -c "import zipfile,glob,sys; zipfile.ZipFile(glob.glob('.whl/nvidia_cutlass-*.whl')[0]).extractall(sys.argv[1])" "$OUTD/cutlass"
   CUTLASS_DIR="$OUTD/cutlass/cutlass_library/source"
 fi
 NVCC=${NVCC:-nvcc}
