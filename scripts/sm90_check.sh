@@ -17,6 +17,7 @@ FLAGS=(-gencode arch=compute_90a,code=sm_90a -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENA
        -I"$CUTLASS_DIR/tools/util/include")
 SRC=benchmarks/cpp/sm90_fwd_check.cu
 t0=$(date +%s)
+if [ "${SM90_REUSE:-0}" = 1 ] && [ -f "$OUTD/sm90.o" ]; then echo "reusing objects in $OUTD"; else
 $NVCC "${FLAGS[@]}" ${SM90_CHECK_FLAGS:-} -DSM90_CHECK_PART=0 -c $SRC -o "$OUTD/main.o" & p0=$!
 $NVCC "${FLAGS[@]}" -DSM90_CHECK_PART=1 -c $SRC -o "$OUTD/sm80.o" & p1=$!
 $NVCC "${FLAGS[@]}" ${SM90_CHECK_FLAGS:-} -DSM90_CHECK_PART=2 -Xptxas -v -c $SRC -o "$OUTD/sm90.o" 2> "$OUTD/ptxas_sm90.txt" & p2=$!
@@ -27,10 +28,14 @@ wait $p0 && wait $p1 && wait $p2 && wait $p3 && wait $p4 || { cat "$OUTD/ptxas_s
 TUNE=""
 if wait $p5; then TUNE="$OUTD/tune.o"; else echo "tuning TU failed to build:"; grep -m5 error "$OUTD/ptxas_tune.txt"; fi
 echo "build: $(( $(date +%s) - t0 )) s"
+fi
+TUNE=""; [ -f "$OUTD/tune.o" ] && TUNE="$OUTD/tune.o"
 cat "$OUTD/ptxas_sm90.txt" "$OUTD/ptxas_tune.txt" | grep -E "Compiling entry|registers|spill|C75[0-9][0-9]|error" | grep -v "^$" | sed 's/^ptxas info *: //' | head -20 || true
 $NVCC -gencode arch=compute_90a,code=sm_90a "$OUTD/main.o" "$OUTD/sm80.o" "$OUTD/sm90.o" "$OUTD/sm80h.o" "$OUTD/sm90h.o" $TUNE -o "$OUTD/sm90_fwd_check"
-cuobjdump -sass "$OUTD/sm90.o" "$OUTD/sm90h.o" $TUNE | grep -c HGMMA | sed 's/^/HGMMA count: /'
-cuobjdump -sass "$OUTD/sm90.o" "$OUTD/sm90h.o" $TUNE | grep -c BPT.TRAP | sed 's/^/BPT.TRAP count: /' || true
+for o in "$OUTD/sm90.o" "$OUTD/sm90h.o" $TUNE; do
+  cuobjdump -sass "$o" > "$o.sass" || true
+  echo "$(basename $o): HGMMA $(grep -c HGMMA "$o.sass" || true), BPT.TRAP $(grep -c BPT.TRAP "$o.sass" || true)"
+done
 "$OUTD/sm90_fwd_check" ${SM90_CHECK_MODE:-}
 if [ "${SM90_SANITIZE:-1}" = 1 ]; then
   for tool in memcheck racecheck synccheck; do
