@@ -35,46 +35,66 @@
 
 using LaunchFn = cudaError_t (*)(const flash::FwdParams&, cudaStream_t);
 
+// Each part defines launchers named check_<family>_<dtype>_<d>[_<variant>].
+#define SM80_LAUNCHER(T, TN, D) \
+  cudaError_t check_sm80_##TN##_##D(const flash::FwdParams& p, cudaStream_t s) { return flash::run_fwd_<T, D>(p, s); }
+#define SM90_LAUNCHER(T, TN, D) \
+  cudaError_t check_sm90_##TN##_##D(const flash::FwdParams& p, cudaStream_t s) { return flash::sm90::run_fwd_<T, D>(p, s); }
+#define SM90_TILE(NAME, D, N, STAGES, OVERLAP)                                  \
+  cudaError_t check_sm90_bf16_##NAME(const flash::FwdParams& p, cudaStream_t s) { \
+    return flash::sm90::launch_fwd<flash::sm90::FwdTraits<D, N, STAGES, cutlass::bfloat16_t, OVERLAP>>(p, s); \
+  }
+
 #if SM90_CHECK_PART == 1
 #include "fwd_launch.h"
-cudaError_t check_sm80_bf16_128(const flash::FwdParams& p, cudaStream_t s) {
-  return flash::run_fwd_<cutlass::bfloat16_t, 128>(p, s);
-}
-#elif SM90_CHECK_PART == 3
-#include "fwd_launch.h"
-cudaError_t check_sm80_fp16_128(const flash::FwdParams& p, cudaStream_t s) {
-  return flash::run_fwd_<cutlass::half_t, 128>(p, s);
-}
-#elif SM90_CHECK_PART == 4
-#include "sm90/fwd_launch.h"
-cudaError_t check_sm90_fp16_tile(const flash::FwdParams& p, cudaStream_t s) {
-  return flash::sm90::run_fwd_<cutlass::half_t, 128>(p, s);
-}
+SM80_LAUNCHER(cutlass::bfloat16_t, bf16, 128)
 #elif SM90_CHECK_PART == 2
 #include "sm90/fwd_launch.h"
-// Variants timed side by side: (head dim, kBlockN, stages, overlap).
-cudaError_t check_sm90_tile(const flash::FwdParams& p, cudaStream_t s) {
-  return flash::sm90::run_fwd_<cutlass::bfloat16_t, 128>(p, s);
-}
-cudaError_t check_sm90_n128_plain(const flash::FwdParams& p, cudaStream_t s) {
-  return flash::sm90::launch_fwd<flash::sm90::FwdTraits<128, 128, 2, cutlass::bfloat16_t, false>>(p, s);
-}
+SM90_LAUNCHER(cutlass::bfloat16_t, bf16, 128)
+SM90_TILE(128_n128_plain, 128, 128, 2, false)
+#elif SM90_CHECK_PART == 3
+#include "fwd_launch.h"
+SM80_LAUNCHER(cutlass::half_t, fp16, 128)
+#elif SM90_CHECK_PART == 4
+#include "sm90/fwd_launch.h"
+SM90_LAUNCHER(cutlass::half_t, fp16, 128)
 #elif SM90_CHECK_PART == 5
 // Tuning candidates, each in its own TU; main links whichever built (weak declarations).
 #include "sm90/fwd_launch.h"
-cudaError_t check_sm90_n176(const flash::FwdParams& p, cudaStream_t s) {
-  return flash::sm90::launch_fwd<flash::sm90::FwdTraits<128, 176, 2, cutlass::bfloat16_t, true>>(p, s);
-}
+SM90_TILE(128_n176, 128, 176, 2, true)
+#elif SM90_CHECK_PART == 6
+#include "fwd_launch.h"
+SM80_LAUNCHER(cutlass::bfloat16_t, bf16, 64)
+SM80_LAUNCHER(cutlass::bfloat16_t, bf16, 256)
+#elif SM90_CHECK_PART == 7
+#include "sm90/fwd_launch.h"
+SM90_LAUNCHER(cutlass::bfloat16_t, bf16, 64)
+#elif SM90_CHECK_PART == 8
+#include "sm90/fwd_launch.h"
+SM90_LAUNCHER(cutlass::bfloat16_t, bf16, 256)
+#elif SM90_CHECK_PART == 9
+#include "fwd_launch.h"
+SM80_LAUNCHER(cutlass::half_t, fp16, 64)
+SM80_LAUNCHER(cutlass::half_t, fp16, 256)
+#elif SM90_CHECK_PART == 10
+#include "sm90/fwd_launch.h"
+SM90_LAUNCHER(cutlass::half_t, fp16, 64)
+SM90_LAUNCHER(cutlass::half_t, fp16, 256)
+#elif SM90_CHECK_PART == 11
+#include "sm90/fwd_launch.h"
+SM90_TILE(64_n192, 64, 192, 2, true)
+#elif SM90_CHECK_PART == 12
+#include "sm90/fwd_launch.h"
+SM90_TILE(256_n64, 256, 64, 2, true)
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-cudaError_t check_sm80_bf16_128(const flash::FwdParams& p, cudaStream_t s);
-cudaError_t check_sm80_fp16_128(const flash::FwdParams& p, cudaStream_t s);
-cudaError_t check_sm90_fp16_tile(const flash::FwdParams& p, cudaStream_t s);
-cudaError_t check_sm90_tile(const flash::FwdParams& p, cudaStream_t s);
-cudaError_t check_sm90_n128_plain(const flash::FwdParams& p, cudaStream_t s);
-__attribute__((weak)) cudaError_t check_sm90_n176(const flash::FwdParams& p, cudaStream_t s);
+// Weak: a launcher whose TU did not build (tuning candidates) is null and skipped.
+#define DECL(NAME) __attribute__((weak)) cudaError_t check_##NAME(const flash::FwdParams& p, cudaStream_t s);
+DECL(sm80_bf16_64) DECL(sm80_bf16_128) DECL(sm80_bf16_256) DECL(sm80_fp16_64) DECL(sm80_fp16_128) DECL(sm80_fp16_256)
+DECL(sm90_bf16_64) DECL(sm90_bf16_128) DECL(sm90_bf16_256) DECL(sm90_fp16_64) DECL(sm90_fp16_128) DECL(sm90_fp16_256)
+DECL(sm90_bf16_128_n128_plain) DECL(sm90_bf16_128_n176) DECL(sm90_bf16_64_n192) DECL(sm90_bf16_256_n64)
 
 namespace {
 
@@ -95,12 +115,20 @@ __device__ inline void fromf(float x, fp16& y) { y = __float2half(x); }
   } while (0)
 
 struct Variant { const char* name; LaunchFn fn; };
-const Variant kVariantsFp16[] = {{"sm90 tile-table fp16", check_sm90_fp16_tile}};
-const Variant kVariants[] = {
-    {"sm90 tile-table (overlap, 128x128)", check_sm90_tile},
-    {"sm90 plain 128x128", check_sm90_n128_plain},
-    {"sm90 overlap 128x176", check_sm90_n176},  // null when its TU did not build
-};
+// One (dtype, head dim): the sm80 kernel and the sm90 variants, the first being run_fwd_'s tile.
+struct Family { bool fp16; int d; LaunchFn sm80; std::vector<Variant> sm90; };
+std::vector<Family> families() {
+  return {
+      {false, 128, check_sm80_bf16_128,
+       {{"sm90 tile", check_sm90_bf16_128}, {"128x128 no-overlap", check_sm90_bf16_128_n128_plain},
+        {"128x176", check_sm90_bf16_128_n176}}},
+      {true, 128, check_sm80_fp16_128, {{"sm90 tile", check_sm90_fp16_128}}},
+      {false, 64, check_sm80_bf16_64, {{"sm90 tile", check_sm90_bf16_64}, {"128x192", check_sm90_bf16_64_n192}}},
+      {true, 64, check_sm80_fp16_64, {{"sm90 tile", check_sm90_fp16_64}}},
+      {false, 256, check_sm80_bf16_256, {{"sm90 tile", check_sm90_bf16_256}, {"128x64", check_sm90_bf16_256_n64}}},
+      {true, 256, check_sm80_fp16_256, {{"sm90 tile", check_sm90_fp16_256}}},
+  };
+}
 
 // Deterministic hash -> uniform [-1, 1).
 __device__ float hash_unit(uint64_t i, uint32_t seed) {
@@ -217,8 +245,9 @@ void run_checked(LaunchFn fn, const flash::FwdParams& p) {
 
 // small: one ragged shape per mask (for compute-sanitizer).
 template <typename T>
-int check(bool small, LaunchFn sm80, const Variant* variants, int n_variants) {
-  const int b = 2, h = 4, hk = 2, d = 128;
+int check(bool small, const Family& fam) {
+  const int b = 2, h = 4, hk = 2, d = fam.d;
+  const LaunchFn sm80 = fam.sm80;
   int failures = 0;
   const std::vector<int> sqs = small ? std::vector<int>{113} : std::vector<int>{1, 113, 128, 1000};
   const std::vector<int> sks = small ? std::vector<int>{77, 200} : std::vector<int>{1, 77, 128, 1000, 2048};
@@ -237,11 +266,10 @@ int check(bool small, LaunchFn sm80, const Variant* variants, int n_variants) {
     CK(cudaMemcpy(lse_ref.data(), lse_ref_d, nl * 4, cudaMemcpyDeviceToHost));
     run_checked(sm80, p);
     const Err e80 = compare<T>(p, o_ref, lse_ref);
-    std::printf("%s sq=%4d sk=%4d causal=%d pad=%d | sm80 O %.2e LSE %.2e%s", std::is_same_v<T, fp16> ? "fp16" : "bf16", sq, sk, causal, pad, e80.o, e80.lse,
+    std::printf("%s d=%d sq=%4d sk=%4d causal=%d pad=%d | sm80 O %.2e LSE %.2e%s", std::is_same_v<T, fp16> ? "fp16" : "bf16", d, sq, sk, causal, pad, e80.o, e80.lse,
                 e80.nan ? " NaN" : "");
-    for (int vi = 0; vi < n_variants; ++vi) {
-      const Variant& v = variants[vi];
-      if (v.fn == nullptr) continue;
+    for (const Variant& v : fam.sm90) {
+      if (v.fn == nullptr || (small && &v != &fam.sm90[0])) continue;  // --small: the tile only
       run_checked(v.fn, p);
       const Err e = compare<T>(p, o_ref, lse_ref);
       const bool ok = !e.nan && e.o <= 2 * e80.o + 1e-3 && e.lse <= 2 * e80.lse + 1e-3;
@@ -269,16 +297,18 @@ double time_ms(LaunchFn fn, const flash::FwdParams& p, int reps = 20) {
   return t[t.size() / 2];
 }
 
-void bench() {
-  const int d = 128, h = 16;
-  std::printf("\nFA2 grid, bf16, d=128, h=16, batch*seqlen=16k: TFLOP/s (median of 20)\n");
+void bench(const Family& fam) {
+  const int d = fam.d, h = 2048 / d;
+  std::printf("\nFA2 grid, %s, d=%d, h=%d, batch*seqlen=16k: TFLOP/s (median of 20)\n", fam.fp16 ? "fp16" : "bf16", d, h);
   for (int causal : {0, 1}) for (int s : {1024, 4096, 16384}) {
     const int b = 16384 / s;
-    Buffers buf = alloc(size_t(b) * s * h * d, size_t(b) * s * h * d, size_t(b) * h * s);
-    const flash::FwdParams p = make_params(buf, b, s, s, h, h, d, causal, 0);
+    Buffers buf = fam.fp16 ? alloc<fp16>(size_t(b) * s * h * d, size_t(b) * s * h * d, size_t(b) * h * s)
+                           : alloc<bf16>(size_t(b) * s * h * d, size_t(b) * s * h * d, size_t(b) * h * s);
+    flash::FwdParams p = make_params(buf, b, s, s, h, h, d, causal, 0);
+    if (fam.fp16) p.dtype = flash::DType::kFloat16;
     const double flops = 4.0 * b * double(s) * s * h * d / (causal ? 2 : 1);
-    std::printf("seqlen %5d causal %d | sm80 %6.1f", s, causal, flops / time_ms(check_sm80_bf16_128, p) / 1e9);
-    for (const Variant& v : kVariants) if (v.fn) std::printf(" | %s %6.1f", v.name, flops / time_ms(v.fn, p) / 1e9);
+    std::printf("seqlen %5d causal %d | sm80 %6.1f", s, causal, flops / time_ms(fam.sm80, p) / 1e9);
+    for (const Variant& v : fam.sm90) if (v.fn) std::printf(" | %s %6.1f", v.name, flops / time_ms(v.fn, p) / 1e9);
     std::printf("\n");
     release(buf);
   }
@@ -290,11 +320,17 @@ int main(int argc, char** argv) {
   // --check: correctness only; --small: one ragged shape per mask, no timing (compute-sanitizer).
   const std::string_view mode = argc > 1 ? argv[1] : "";
   const bool small = mode == "--small";
-  int failures = check<bf16>(small, check_sm80_bf16_128, kVariants, int(std::size(kVariants)));
-  failures += check<fp16>(small, check_sm80_fp16_128, kVariantsFp16, int(std::size(kVariantsFp16)));
+  // Every (dtype, d) whose TUs built is checked; bf16 of every d and fp16 d=128 are timed.
+  int failures = 0;
+  for (const Family& fam : families()) {
+    if (fam.sm80 == nullptr || fam.sm90.empty() || fam.sm90[0].fn == nullptr) continue;
+    failures += fam.fp16 ? check<fp16>(small, fam) : check<bf16>(small, fam);
+  }
   const bool check_only = mode == "--check" || mode == "--small";
   std::printf("check: %d failure(s)\n", failures);
-  if (!check_only) bench();
+  if (!check_only)
+    for (const Family& fam : families())
+      if (fam.sm80 && !fam.sm90.empty() && fam.sm90[0].fn && (!fam.fp16 || fam.d == 128)) bench(fam);
   return failures ? 1 : 0;
 }
 #endif

@@ -47,7 +47,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const FwdParams& p = kp.p;
 
   const int wg = cutlass::canonical_warp_group_idx();
-  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  // Causal: the tiles of a head run longest first (the last query rows see the most keys).
+  const int m_block = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y, batch = blockIdx.z;
   const int head_k = head / (p.nheads / p.nheads_k);
   const int m0 = m_block * Traits::kBlockM;
   int n_min, n_max;

@@ -10,10 +10,30 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct FwdTile;
 
-// d = 128: 128 x 128, 2 stages; shared memory 32 KB Q + 2 x 2 x 32 KB K/V = 160 KB.
+// d = 64: 128 x 128, 2 stages; 16 KB Q + 2 x 2 x 16 KB K/V = 80 KB. (FA3 runs 192 x 192 with
+// three consumer warpgroups here; this kernel has two.)
+template <>
+struct FwdTile<64> {
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+};
+
+// d = 128: 128 x 128, 2 stages; 32 KB Q + 2 x 2 x 32 KB K/V = 160 KB.
+// H200 bf16, seqlen 1k / 4k / 16k (one run, same process as sm80 324.6 / 347.7 / 352.3):
+//   128 x 128 overlap + ping-pong: 520.5 / 657.2 / 638.3, causal 322.4 / 547.6 / 631.8  <- chosen
+//   128 x 176 overlap + ping-pong: 512.6 / 638.9 / 648.5, causal 300.3 / 542.2 / 648.8
+//   128 x 128 no overlap:          457.7 / 564.9 / 553.3, causal 295.8 / 478.6 / 524.6
 template <>
 struct FwdTile<128> {
   static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+};
+
+// d = 256: 128 x 80, 2 stages; 64 KB Q + 2 x 2 x 40 KB K/V = 224 KB (of 227). O is 128
+// registers per consumer thread, S 40, P 20.
+template <>
+struct FwdTile<256> {
+  static constexpr int kBlockN = 80;
   static constexpr int kStages = 2;
 };
 
