@@ -19,7 +19,8 @@ inline bool tma_strides(int64_t row, int64_t head, int64_t batch) {
 
 inline bool fwd_supports(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) { return false; }
-  if (p.headdim != p.headdim_rounded || p.headdim != 128) { return false; }
+  // Head dims with a tile in fwd_tile_table.h (checked and timed with benchmarks/cpp/sm90_fwd_check.cu).
+  if (p.headdim != p.headdim_rounded || (p.headdim != 64 && p.headdim != 128 && p.headdim != 256)) { return false; }
   if (needs_mods(p)) { return false; }  // softcap, ALiBi, left window, varlen
   const bool causal = p.window_left < 0 && p.window_right == 0;
   const bool full = p.window_left < 0 && p.window_right < 0;
