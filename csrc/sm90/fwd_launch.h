@@ -5,9 +5,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "../params.h"
 #include "fwd_api.h"
 #include "fwd_kernel.h"
+#include "fwd_scheduler.h"
 #include "fwd_tile_table.h"
 #include "fwd_tma.h"
 
@@ -19,8 +22,14 @@ cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStr
   constexpr int kSmem = Traits::kSmemBytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
-  const FwdParams& p = kp.p;
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.nheads, p.batch);
+  const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal>(kp.p).num_tiles;
+  int grid = num_tiles;
+  if constexpr (Traits::kPersistent) {
+    int device = 0, sms = 0;
+    if ((err = cudaGetDevice(&device)) != cudaSuccess) { return err; }
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) { return err; }
+    grid = std::min(num_tiles, sms);
+  }
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
   return cudaGetLastError();
 }
