@@ -60,21 +60,6 @@ struct FwdEpilogue {
     }
     if (tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the store read it
   }
-
-  // A tile whose rows see no key (causal, seqlen_q > seqlen_k): O = 0 and LSE = -inf for this
-  // warpgroup's rows [row0, row0 + 64) < seqlen_q, by plain 16-byte stores (no shared memory, so
-  // the producer may already be loading the next tile's Q).
-  CUTE_DEVICE static void run_empty(const FwdParams& p, int head, int batch, float* lse_head, int row0, int tid) {
-    constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
-    Element* o = static_cast<Element*>(p.o_ptr) + int64_t(batch) * p.o_batch_stride + int64_t(head) * p.o_head_stride;
-    for (int i = tid; i < Traits::kWGRows * kChunks; i += 128) {
-      const int row = row0 + i / kChunks;
-      if (row < p.seqlen_q) {
-        *reinterpret_cast<uint4*>(o + int64_t(row) * p.o_row_stride + (i % kChunks) * 8) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (tid < Traits::kWGRows && row0 + tid < p.seqlen_q) { lse_head[row0 + tid] = -INFINITY; }
-  }
 };
 
 }  // namespace flash::sm90

@@ -5,12 +5,9 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "../params.h"
 #include "fwd_api.h"
 #include "fwd_kernel.h"
-#include "fwd_scheduler.h"
 #include "fwd_tile_table.h"
 #include "fwd_tma.h"
 
@@ -22,14 +19,8 @@ cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStr
   constexpr int kSmem = Traits::kSmemBytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
-  const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal>(kp.p).num_tiles;
-  int grid = num_tiles;
-  if constexpr (Traits::kPersistent) {
-    int device = 0, sms = 0;
-    if ((err = cudaGetDevice(&device)) != cudaSuccess) { return err; }
-    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) { return err; }
-    grid = std::min(num_tiles, sms);
-  }
+  const FwdParams& p = kp.p;
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.nheads, p.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
   return cudaGetLastError();
 }

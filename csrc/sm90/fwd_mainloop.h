@@ -51,15 +51,12 @@ struct FwdMainloop {
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kRows = 2;  // rows of S per thread (64-row wgmma accumulator)
 
-  // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the tile. st_k,
-  // st_v: the consumer pipeline states, carried from tile to tile. With kOverlap the kernel has
-  // let warpgroup 0 take the first GEMM turn once (named barrier kTurnWG0).
+  // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the CTA.
   // On return tOrO holds the unnormalised O and softmax the row statistics.
   template <class SQ, class SK, class SVt, class TensorO>
   CUTE_DEVICE static void run(SQ const& sQ, SK const& sK, SVt const& sVt, Pipeline& pipe_k, Pipeline& pipe_v,
-                              PipelineState& st_k, PipelineState& st_v, TensorO& tOrO,
-                              OnlineSoftmax<kRows>& softmax, int cwg, int tid, int m0, int n_min, int n_max,
-                              int seqlen_q, int seqlen_k) {
+                              TensorO& tOrO, OnlineSoftmax<kRows>& softmax, int cwg, int tid, int m0,
+                              int n_min, int n_max, int seqlen_q, int seqlen_k) {
     typename Traits::MmaQK mma_qk;
     typename Traits::MmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
@@ -79,6 +76,7 @@ struct FwdMainloop {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     const int row0 = m0 + Traits::kWGRows * cwg;
 
+    PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
     float corr[kRows];
 
     auto mask = [&](int n) {
@@ -117,6 +115,7 @@ struct FwdMainloop {
     const uint32_t other_turn = cwg == 0 ? uint32_t(FwdBarrier::kTurnWG1) : uint32_t(FwdBarrier::kTurnWG0);
     auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
     auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, other_turn); };
+    if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
 
     // First (last-indexed) block: S, softmax, P; O is still zero.
     pipe_k.consumer_wait(st_k);

@@ -16,7 +16,7 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-template <int kHeadDim_, int kBlockN_, int kStages_, typename Element_, bool kOverlap_ = true, bool kPersistent_ = false>
+template <int kHeadDim_, int kBlockN_, int kStages_, typename Element_, bool kOverlap_ = true>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -24,7 +24,6 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;       // K and V pipelines each
   static constexpr bool kOverlap = kOverlap_;    // softmax of block j under the GEMMs of block j+1
-  static constexpr bool kPersistent = kPersistent_;  // one CTA per SM looping over tiles (fwd_scheduler.h)
   static constexpr int kNConsumerWG = 2;
   static constexpr int kWGRows = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
@@ -57,7 +56,7 @@ struct FwdTraits {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
 
-  static constexpr uint32_t kTmaBytesQWG = kWGRows * kHeadDim * sizeof(Element);  // one warpgroup's Q rows
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
   struct SharedStorage {
@@ -68,10 +67,7 @@ struct FwdTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
-    // Per consumer warpgroup: its Q rows landed (TMA transaction barrier) / its O store has read
-    // them out, so the next tile's Q may come (arrived by the warpgroup's thread 0).
-    alignas(8) uint64_t q_full[kNConsumerWG];
-    alignas(8) uint64_t q_empty[kNConsumerWG];
+    alignas(8) uint64_t barrier_q;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 232448, "exceeds the 227 KB per-block shared memory of sm90");
