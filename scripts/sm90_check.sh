@@ -45,10 +45,11 @@ for o in "${OBJS[@]}"; do
   cuobjdump -sass "$o" > "$o.sass" 2>/dev/null || true
   echo "$(basename $o): HGMMA $(grep -c HGMMA "$o.sass" || true), BPT.TRAP $(grep -c BPT.TRAP "$o.sass" || true)"
 done
-"$OUTD/sm90_fwd_check" ${SM90_CHECK_MODE:-}
+# Timeouts: a hung kernel must not eat the device budget (one did: 500 s, NOTES "Hopper forward").
+timeout ${SM90_RUN_TIMEOUT:-180} "$OUTD/sm90_fwd_check" ${SM90_CHECK_MODE:-}
 if [ "${SM90_SANITIZE:-1}" = 1 ]; then
   for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 "$OUTD/sm90_fwd_check" --small > "$OUTD/san_$tool.txt" 2>&1 \
+    timeout ${SM90_RUN_TIMEOUT:-180} compute-sanitizer --tool $tool --error-exitcode 9 "$OUTD/sm90_fwd_check" --small > "$OUTD/san_$tool.txt" 2>&1 \
       && echo "compute-sanitizer $tool: clean" || { echo "compute-sanitizer $tool: FAILED"; tail -30 "$OUTD/san_$tool.txt"; }
   done
 fi

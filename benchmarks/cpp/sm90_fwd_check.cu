@@ -317,6 +317,7 @@ void bench(const Family& fam) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered through pipes: a hang shows where it is
   // --check: correctness only; --small: one ragged shape per mask, no timing (compute-sanitizer).
   const std::string_view mode = argc > 1 ? argv[1] : "";
   const bool small = mode == "--small";
