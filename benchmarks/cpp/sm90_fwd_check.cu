@@ -90,6 +90,8 @@ SM90_TILE(256_n64, 256, 64, 2, true)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "sm90/fwd_supports.h"  // host-only: which calls the family serves (checked below)
+
 // Weak: a launcher whose TU did not build (tuning candidates) is null and skipped.
 #define DECL(NAME) __attribute__((weak)) cudaError_t check_##NAME(const flash::FwdParams& p, cudaStream_t s);
 DECL(sm80_bf16_64) DECL(sm80_bf16_128) DECL(sm80_bf16_256) DECL(sm80_fp16_64) DECL(sm80_fp16_128) DECL(sm80_fp16_256)
@@ -283,6 +285,39 @@ int check(bool small, const Family& fam) {
   return failures;
 }
 
+// fwd_supports: the served options and the TMA alignment rules, accepted and refused cases.
+int check_supports() {
+  flash::FwdParams p;
+  alignas(16) static char buf[64];
+  p.q_ptr = p.k_ptr = p.v_ptr = buf; p.o_ptr = buf; p.lse_ptr = reinterpret_cast<float*>(buf);
+  p.batch = 2; p.seqlen_q = 113; p.seqlen_k = 77; p.nheads = 4; p.nheads_k = 2; p.headdim = p.headdim_rounded = 128;
+  p.q_row_stride = p.o_row_stride = 512; p.q_head_stride = p.o_head_stride = 128;
+  p.q_batch_stride = p.o_batch_stride = 113 * 512;
+  p.k_row_stride = p.v_row_stride = 256; p.k_head_stride = p.v_head_stride = 128;
+  p.k_batch_stride = p.v_batch_stride = 77 * 256;
+  int bad = 0;
+  auto expect = [&](bool want, const char* what) {
+    if (flash::sm90::fwd_supports(p) != want) { std::printf("fwd_supports FAIL: %s\n", what); ++bad; }
+  };
+  expect(true, "bf16 d=128");
+  p.dtype = flash::DType::kFloat16; expect(true, "fp16");
+  p.window_right = 0; expect(true, "causal");
+  p.window_right = 5; expect(false, "right window");
+  p.window_right = -1; p.window_left = 3; expect(false, "left window");
+  p.window_left = -1; p.softcap = 1.f; expect(false, "softcap");
+  p.softcap = 0.f; p.headdim = 96; expect(false, "d=96 rounded to 128");
+  p.headdim = p.headdim_rounded = 64; expect(true, "d=64");
+  p.headdim = p.headdim_rounded = 256; expect(true, "d=256");
+  p.headdim = p.headdim_rounded = 32; expect(false, "d=32");
+  p.headdim = p.headdim_rounded = 128; p.q_row_stride = 516; expect(false, "q row stride % 8");
+  p.q_row_stride = 512; p.q_ptr = buf + 2; expect(false, "misaligned q");
+  p.q_ptr = buf; p.k_head_stride = 0; expect(false, "zero head stride");
+  p.k_head_stride = 128; p.nheads = 6; expect(false, "nheads % nheads_k");
+  p.nheads = 4; expect(true, "restored");
+  std::printf("fwd_supports: %d failure(s)\n", bad);
+  return bad;
+}
+
 double time_ms(LaunchFn fn, const flash::FwdParams& p, int reps = 20) {
   cudaEvent_t a, z;
   CK(cudaEventCreate(&a)); CK(cudaEventCreate(&z));
@@ -322,7 +357,7 @@ int main(int argc, char** argv) {
   const std::string_view mode = argc > 1 ? argv[1] : "";
   const bool small = mode == "--small";
   // Every (dtype, d) whose TUs built is checked; bf16 of every d and fp16 d=128 are timed.
-  int failures = 0;
+  int failures = check_supports();
   for (const Family& fam : families()) {
     if (fam.sm80 == nullptr || fam.sm90.empty() || fam.sm90[0].fn == nullptr) continue;
     failures += fam.fp16 ? check<fp16>(small, fam) : check<bf16>(small, fam);

@@ -18,7 +18,8 @@ inline bool tma_strides(int64_t row, int64_t head, int64_t batch) {
 }
 }  // namespace detail
 
-inline bool fwd_supports(const FwdParams& p) {
+// Not inline: declared in fwd_api.h, defined here once (fwd_dispatch.cu is the one includer).
+bool fwd_supports(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) { return false; }
   // Head dims with a tile in fwd_tile_table.h (checked and timed with benchmarks/cpp/sm90_fwd_check.cu).
   if (p.headdim != p.headdim_rounded || (p.headdim != 64 && p.headdim != 128 && p.headdim != 256)) { return false; }
