@@ -2,18 +2,19 @@
 // against an fp32 reference and the sm80 kernel, in one process.
 //
 // One source, several translation units (so the host compiles them in parallel):
-//   -DSM90_CHECK_PART=0  main: inputs, reference, comparison, timing (declares the launchers)
-//   -DSM90_CHECK_PART=1  the sm80 kernel (csrc/fwd_launch.h), bf16 d=128
-//   -DSM90_CHECK_PART=2  sm90 variants (csrc/sm90/fwd_launch.h) bf16 d=128
+//   -DSM90_CHECK_PART=0  main: inputs, reference, comparison, timing, fwd_supports cases (declares
+//                        the launchers weak: a part that did not build is skipped)
+//   -DSM90_CHECK_PART=1..12  launchers: sm80 (csrc/fwd_launch.h) and sm90 (csrc/sm90/fwd_launch.h)
+//                        per dtype and head dim, and sm90 tuning variants (see the #if chain below)
 // Build (all with -gencode arch=compute_90a,code=sm_90a -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 // -DFLASH_ATTN_CUDA_NO_FEATURES -O3 -std=c++20 --use_fast_math --expt-relaxed-constexpr
 // -Icsrc -I$CUTLASS/include): see scripts/sm90_check.sh.
 //
-// Check: b=2, h=4, h_k=2 (GQA), d=128, sq in {1,113,128,1000}, sk in {1,77,128,1000,2048},
+// Check: b=2, h=4, h_k=2 (GQA), d in {64, 128, 256}, bf16 and fp16, sq in {1,113,128,1000}, sk in {1,77,128,1000,2048},
 // causal 0/1, K/V rows padded (strided) on odd shapes. O and LSE are poisoned (NaN bytes) before
 // every run. Pass: max|O - ref| <= 2 * (sm80's) + 1e-3 and likewise for LSE (rows with no key:
 // O = 0, LSE = -inf exactly, checked through the reference). Exit 1 on any failure.
-// Timing: FA2 grid (batch * seqlen = 16k, 16 heads, d=128, seqlen 1k/4k/16k, causal 0/1),
+// Timing: FA2 grid (batch * seqlen = 16k, hidden 2048: d=128 -> 16 heads, seqlen 1k/4k/16k, causal 0/1),
 // median of 20 CUDA-event timings after 3 warm-ups; TFLOP/s = 4 b s^2 h d / t (/2 causal).
 #include <cuda_runtime.h>
 
