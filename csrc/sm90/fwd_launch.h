@@ -1,17 +1,42 @@
-// stub, replaced by the kernel (sm90k's csrc/sm90/fwd_launch.h): lets the plumbing branch build and
-// run. run_fwd_ launches nothing and says so; fwd_supports.h's stub refuses every call, so the
-// dispatch never gets here.
+// Launch of the sm90 forward (definitions of run_fwd_ for the instantiation TUs, which are
+// compiled for sm_90a alone): TMA descriptors from FwdParams, grid, shared-memory opt-in, launch.
+// Causal is chosen at run time here; both kernels live in the one translation unit.
 #pragma once
 
-#include <cutlass/numeric_types.h>
+#include <cuda_runtime.h>
 
+#include "../params.h"
 #include "fwd_api.h"
+#include "fwd_kernel.h"
+#include "fwd_tile_table.h"
+#include "fwd_tma.h"
 
 namespace flash::sm90 {
 
+template <class Traits, bool kCausal>
+cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
+  auto kernel = &fwd_kernel<Traits, kCausal>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) { return err; }
+  const FwdParams& p = kp.p;
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.nheads, p.batch);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+// Any tile (the C++ harness times several); run_fwd_ uses the tile table's.
+template <class Traits>
+cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
+  if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
+  const auto kp = FwdTma<Traits>::make_params(params);
+  const bool causal = params.window_left < 0 && params.window_right == 0;
+  return causal ? launch_fwd_kernel<Traits, true>(kp, stream) : launch_fwd_kernel<Traits, false>(kp, stream);
+}
+
 template <typename Element, int kHeadDim>
-cudaError_t run_fwd_(const FwdParams& /*params*/, cudaStream_t /*stream*/) {
-  return cudaErrorNotSupported;
+cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
+  return launch_fwd<FwdTraitsFor<Element, kHeadDim>>(params, stream);
 }
 
 }  // namespace flash::sm90

@@ -1,0 +1,163 @@
+// Consumer mainloop of the sm90 forward: one consumer warpgroup's 64 query rows against the key
+// blocks [n_min, n_max), walked from the last block down (the masked blocks come first).
+//
+// kOverlap (FA3's intra-warpgroup pipelining + ping-pong between the two consumer warpgroups):
+//   iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, then runs the softmax
+//   of S_j while the PV GEMM is still in flight; the GEMM issue of one warpgroup is ordered after
+//   the other's by two named barriers, so one warpgroup's softmax overlaps the other's GEMMs.
+// Without kOverlap each block is S = QK^T, wait, softmax, O += PV, wait (the reference variant).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "fwd_layouts.h"
+#include "fwd_mask.h"
+#include "fwd_softmax.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// Named-barrier ids (cutlass adds its 8 reserved ones): 0, 1 = GEMM-issue turn of consumer
+// warpgroup 0, 1; 2, 3 = epilogue barrier of consumer warpgroup 0, 1.
+enum class FwdBarrier : uint32_t { kTurnWG0 = 0, kTurnWG1 = 1, kEpilogueWG0 = 2, kEpilogueWG1 = 3 };
+
+// One warpgroup GEMM C (+)= A B over the K modes, committed as one wgmma batch; no wait.
+template <bool kZeroInit, class Mma, class TA, class TB, class TC>
+CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
+  // A from registers (P) unless it is a tensor of shared-memory descriptors (Q).
+  constexpr bool kRS = !is_base_of<GMMA::DescriptorIterator, typename TA::engine_type::iterator>::value;
+  if constexpr (kRS) { warpgroup_fence_operand(const_cast<TA&>(a)); }
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+  if constexpr (kRS) { warpgroup_fence_operand(const_cast<TA&>(a)); }
+}
+
+template <class Traits, bool kCausal>
+struct FwdMainloop {
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kRows = 2;  // rows of S per thread (64-row wgmma accumulator)
+
+  // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the CTA.
+  // On return tOrO holds the unnormalised O and softmax the row statistics.
+  template <class SQ, class SK, class SVt, class TensorO>
+  CUTE_DEVICE static void run(SQ const& sQ, SK const& sK, SVt const& sVt, Pipeline& pipe_k, Pipeline& pipe_v,
+                              TensorO& tOrO, OnlineSoftmax<kRows>& softmax, int cwg, int tid, int m0,
+                              int n_min, int n_max, int seqlen_q, int seqlen_k) {
+    typename Traits::MmaQK mma_qk;
+    typename Traits::MmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(tid);
+    auto thr_pv = mma_pv.get_thread_slice(tid);
+
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, 1, d/16) descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, 1, d/16, stages)
+    Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, 1, kBlockN/16, stages)
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileQK{}));  // ((2,2,N/8),1,1) fp32
+    Tensor rP = make_tensor<Element>(tSrS.layout());                                       // P of the block before
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));                   // ((2,2,2),1,N/16)
+
+    Tensor s = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));   // (rows, cols) view
+    Tensor o = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+    Tensor cS = make_identity_tensor(select<0, 1>(typename Traits::TileQK{}));
+    Tensor tScS = thr_qk.partition_C(cS);
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+    const int row0 = m0 + Traits::kWGRows * cwg;
+
+    PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
+    float corr[kRows];
+
+    auto mask = [&](int n) {
+      if (block_needs_mask<kBlockM, kBlockN, kCausal>(n, m0, seqlen_q, seqlen_k)) {
+        apply_mask<kCausal>(s, tScS_rc, row0, n * kBlockN, seqlen_q, seqlen_k);
+      }
+    };
+    auto to_p = [&]() {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) { rP(i) = Element(tSrS(i)); }
+    };
+
+    if constexpr (!Traits::kOverlap) {
+      for (int n = n_max - 1; n >= n_min; --n) {
+        pipe_k.consumer_wait(st_k);
+        wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        pipe_k.consumer_release(st_k);
+        ++st_k;
+        mask(n);
+        softmax.step(s, corr);
+        scale_rows(o, corr);
+        to_p();
+        pipe_v.consumer_wait(st_v);
+        wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+        pipe_v.consumer_release(st_v);
+        ++st_v;
+      }
+      return;
+    }
+
+    const uint32_t my_turn = cwg == 0 ? uint32_t(FwdBarrier::kTurnWG0) : uint32_t(FwdBarrier::kTurnWG1);
+    const uint32_t other_turn = cwg == 0 ? uint32_t(FwdBarrier::kTurnWG1) : uint32_t(FwdBarrier::kTurnWG0);
+    auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
+    auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, other_turn); };
+    if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
+
+    // First (last-indexed) block: S, softmax, P; O is still zero.
+    pipe_k.consumer_wait(st_k);
+    wait_turn();
+    wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
+    pass_turn();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    pipe_k.consumer_release(st_k);
+    ++st_k;
+    mask(n_max - 1);
+    softmax.step(s, corr);
+    to_p();
+
+    for (int n = n_max - 2; n >= n_min; --n) {
+      pipe_k.consumer_wait(st_k);
+      wait_turn();
+      wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
+      pipe_v.consumer_wait(st_v);
+      wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
+      pass_turn();
+      warpgroup_wait<1>();  // S_n done, PV of the block before still running
+      warpgroup_fence_operand(tSrS);
+      pipe_k.consumer_release(st_k);
+      ++st_k;
+      mask(n);
+      softmax.step(s, corr);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(rP);
+      pipe_v.consumer_release(st_v);
+      ++st_v;
+      scale_rows(o, corr);
+      to_p();
+    }
+
+    pipe_v.consumer_wait(st_v);
+    wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    pipe_v.consumer_release(st_v);
+  }
+};
+
+}  // namespace flash::sm90

@@ -1,0 +1,80 @@
+// Online softmax of the sm90 forward, per consumer thread: each thread holds kRows rows of S
+// (rowcol view, fwd_layouts.h), the four threads of a quad share a row. exp2 with the folded
+// scale (params.scale_log2); the normalisation by the row sum is deferred to the end.
+#pragma once
+
+#include <cmath>
+#include <cute/tensor.hpp>
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+CUTE_DEVICE float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+CUTE_DEVICE float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];  // running max of the raw scores (-inf: no visible key yet)
+  float row_sum[kRows];  // this thread's partial sum of exp2(s * scale_log2 - max * scale_log2)
+  float scale_log2;
+
+  CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) { row_max[r] = -INFINITY; row_sum[r] = 0.f; }
+  }
+
+  // s (rows, cols): raw scores in, P = exp2((s - max) * scale_log2) out. corr[r]: the factor the
+  // caller multiplies row r of O by (the old max's weight under the new max).
+  template <class TensorS>
+  CUTE_DEVICE void step(TensorS& s, float (&corr)[kRows]) {
+    static_assert(decltype(size<0>(s))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float m = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) { m = fmaxf(m, s(r, c)); }
+      m = quad_max(m);
+      // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      corr[r] = exp2f(row_max[r] * scale_log2 - m_scaled);
+      row_max[r] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -m_scaled));
+        sum += s(r, c);
+      }
+      row_sum[r] = fmaf(row_sum[r], corr[r], sum);
+    }
+  }
+
+  // After the last block: inv[r] = 1 / row sum (0 for a row that saw no key), lse[r] natural-log
+  // LSE of the scaled scores (-inf for a row that saw no key).
+  CUTE_DEVICE void finalize(float (&inv)[kRows], float (&lse)[kRows]) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const bool empty = !(sum > 0.f);
+      inv[r] = empty ? 0.f : 1.f / sum;
+      lse[r] = empty ? -INFINITY : (row_max[r] * scale_log2 + __log2f(sum)) * 0.693147180559945309f;
+    }
+  }
+};
+
+template <class TensorO, int kRows>
+CUTE_DEVICE void scale_rows(TensorO& o, float const (&f)[kRows]) {
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(o); ++c) { o(r, c) *= f[r]; }
+  }
+}
+
+}  // namespace flash::sm90

@@ -1,0 +1,52 @@
+// Tile choice of the sm90 forward per head dim (kBlockM = 128: two consumer warpgroups of 64 rows).
+// Numbers: H200, bf16, TFLOP/s on the FA2 grid (batch * seqlen = 16k, hidden 2048), filled in as
+// measured (benchmarks/NOTES.md, "Hopper forward (issue 11)").
+#pragma once
+
+#include "fwd_traits.h"
+
+namespace flash::sm90 {
+
+template <int kHeadDim>
+struct FwdTile;
+
+// d = 64: 128 x 128, 2 stages; 16 KB Q + 2 x 2 x 16 KB K/V = 80 KB. (FA3 runs 192 x 192 with
+// three consumer warpgroups here; this kernel has two.) H200 bf16, 1k / 4k / 16k (run 2; sm80
+// 245.9 / 296.9 / 320.0, causal 215.3 / 280.6 / 304.5):
+//   128 x 128: 304.9 / 424.7 / 449.6, causal 248.9 / 396.5 / 454.0  <- chosen
+//   128 x 192: 280.1 / 436.0 / 474.3, causal 221.4 / 391.9 / 448.3
+template <>
+struct FwdTile<64> {
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+};
+
+// d = 128: 128 x 128, 2 stages; 32 KB Q + 2 x 2 x 32 KB K/V = 160 KB.
+// H200 bf16, seqlen 1k / 4k / 16k, run 1 (sm80 324.6 / 347.7 / 352.3) | run 2 (325.7 / 349.5 / 345.0):
+//   128 x 128 overlap + ping-pong: 520.5 / 657.2 / 638.3, causal 322.4 / 547.6 / 631.8  <- chosen
+//                                | 521.7 / 661.6 / 690.6, causal 316.8 / 551.1 / 687.0
+//   128 x 176 overlap + ping-pong: 512.6 / 638.9 / 648.5, causal 300.3 / 542.2 / 648.8
+//                                | 515.4 / 624.9 / 622.9, causal 308.8 / 554.9 / 656.7
+//   128 x 128 no overlap:          457.7 / 564.9 / 553.3, causal 295.8 / 478.6 / 524.6
+// fp16 (run 2): 443.7 / 586.5 / 572.4, causal 299.6 / 529.7 / 663.3 (sm80 274.0 / 299.2 / 336.4)
+template <>
+struct FwdTile<128> {
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+};
+
+// d = 256: 128 x 80, 2 stages; 64 KB Q + 2 x 2 x 40 KB K/V = 224 KB (of 227). O is 128
+// registers per consumer thread, S 40, P 20. H200 bf16, 1k / 4k / 16k (run 2; sm80 257.5 /
+// 281.7 / 315.7, causal 185.0 / 239.5 / 312.9):
+//   128 x 80: 556.8 / 733.5 / 706.6, causal 358.0 / 579.6 / 771.6  <- chosen
+//   128 x 64: 512.9 / 629.1 / 611.6, causal 347.9 / 550.6 / 730.7
+template <>
+struct FwdTile<256> {
+  static constexpr int kBlockN = 80;
+  static constexpr int kStages = 2;
+};
+
+template <typename Element, int kHeadDim>
+using FwdTraitsFor = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kBlockN, FwdTile<kHeadDim>::kStages, Element, true>;
+
+}  // namespace flash::sm90

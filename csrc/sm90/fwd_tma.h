@@ -1,0 +1,72 @@
+// TMA descriptors of the sm90 forward and the kernel's parameter block. The descriptors are
+// built on the host from FwdParams (q/o: (seqlen_q, d, nheads, batch), k/v: (seqlen_k, d,
+// nheads_k, batch), element strides, head dim contiguous) and passed by value as a
+// __grid_constant__ kernel argument. TMA zero-fills loads past seqlen and clips stores there.
+#pragma once
+
+#include <utility>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+
+#include "../params.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// (seqlen, d, heads, batch) view of a q/k/v/o tensor; the strides are in elements.
+template <typename Element, int kHeadDim, typename Ptr>
+CUTE_HOST_DEVICE auto make_gmem_bshd(Ptr ptr, int seqlen, int heads, int batch, int64_t row_stride, int64_t head_stride,
+                                     int64_t batch_stride) {
+  return make_tensor(make_gmem_ptr(ptr), make_shape(seqlen, Int<kHeadDim>{}, heads, batch),
+                     make_stride(row_stride, _1{}, head_stride, batch_stride));
+}
+
+// Q and O move in 64-row boxes, one per consumer warpgroup; K and V in kBlockN-row boxes.
+template <class Traits>
+auto make_tma_q(const FwdParams& p) {
+  using Element = typename Traits::Element;
+  auto g = make_gmem_bshd<Element, Traits::kHeadDim>(static_cast<const Element*>(p.q_ptr), p.seqlen_q, p.nheads,
+                                                     p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+  return make_tma_atom(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutQWG{},
+                       Shape<Int<Traits::kWGRows>, Int<Traits::kHeadDim>>{});
+}
+template <class Traits>
+auto make_tma_kv(const void* ptr, const FwdParams& p, int64_t row, int64_t head, int64_t batch) {
+  using Element = typename Traits::Element;
+  auto g = make_gmem_bshd<Element, Traits::kHeadDim>(static_cast<const Element*>(ptr), p.seqlen_k, p.nheads_k,
+                                                     p.batch, row, head, batch);
+  return make_tma_atom(SM90_TMA_LOAD{}, g, take<0, 2>(typename Traits::SmemLayoutK{}),
+                       Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{});
+}
+template <class Traits>
+auto make_tma_o(const FwdParams& p) {
+  using Element = typename Traits::Element;
+  auto g = make_gmem_bshd<Element, Traits::kHeadDim>(static_cast<Element*>(p.o_ptr), p.seqlen_q, p.nheads, p.batch,
+                                                     p.o_row_stride, p.o_head_stride, p.o_batch_stride);
+  return make_tma_atom(SM90_TMA_STORE{}, g, typename Traits::SmemLayoutO{},
+                       Shape<Int<Traits::kWGRows>, Int<Traits::kHeadDim>>{});
+}
+
+template <class Traits>
+struct FwdTma {
+  using AtomQ = decltype(make_tma_q<Traits>(std::declval<const FwdParams&>()));
+  using AtomKV = decltype(make_tma_kv<Traits>(nullptr, std::declval<const FwdParams&>(), 0, 0, 0));
+  using AtomO = decltype(make_tma_o<Traits>(std::declval<const FwdParams&>()));
+
+  struct Params {
+    AtomQ tma_q;
+    AtomKV tma_k;
+    AtomKV tma_v;
+    AtomO tma_o;
+    FwdParams p;
+  };
+
+  static Params make_params(const FwdParams& p) {
+    return {make_tma_q<Traits>(p), make_tma_kv<Traits>(p.k_ptr, p, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+            make_tma_kv<Traits>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride), make_tma_o<Traits>(p), p};
+  }
+};
+
+}  // namespace flash::sm90

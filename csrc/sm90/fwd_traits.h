@@ -1,0 +1,76 @@
+// Compile-time description of one sm90 forward tile: shared-memory layouts, the two warpgroup
+// MMAs, the K/V pipelines and the shared-storage struct. No code runs here.
+//
+// Block of 384 threads: warpgroup 0 is the producer (one warp issues every TMA load), warpgroups
+// 1 and 2 are consumers; consumer c owns query rows [64 c, 64 c + 64) of the kBlockM = 128 tile.
+//   S = Q K^T : wgmma 64 x kBlockN x 16, A (Q) and B (K) from shared memory (SS)
+//   O += P V  : wgmma 64 x kHeadDim x 16, A (P) from registers, B (V) from shared memory read
+//               "MN-major" (V's rows are keys, its contiguous dim is the head dim) (RS)
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+template <int kHeadDim_, int kBlockN_, int kStages_, typename Element_, bool kOverlap_ = true>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;            // 2 consumer warpgroups x 64 rows
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;       // K and V pipelines each
+  static constexpr bool kOverlap = kOverlap_;    // softmax of block j under the GEMMs of block j+1
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kWGRows = 64;
+  static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
+  static constexpr int kNConsumerThreads = 128 * kNConsumerWG;
+  // setmaxnreg: 24 + 2 x 240 registers x 128 threads = 64,512 <= 65,536 per SM.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+
+  static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and the PV K dimension need multiples of 16");
+  static_assert(sizeof(Element) == 2, "16-bit inputs only");
+
+  using TileQK = Shape<Int<kWGRows>, Int<kBlockN>, Int<kHeadDim>>;   // per consumer warpgroup
+  using TilePV = Shape<Int<kWGRows>, Int<kHeadDim>, Int<kBlockN>>;
+  using MmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileQK>()));
+  using MmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TilePV, GMMA::Major::K, GMMA::Major::MN>()));
+
+  // 128-byte swizzle, head dim contiguous (K-major for S = QK^T).
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kWGRows>, Int<kHeadDim>>{}));  // one WG's rows
+  using SmemLayoutQWG = SmemLayoutO;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutV = SmemLayoutK;
+  // V^T (head dim, keys, stage): the same bytes as V, viewed with the key index second.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename cutlass::PipelineState<kStages>;
+
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    // Q tile; after a consumer warpgroup's last S = QK^T its 64 rows hold that warpgroup's O
+    // for the TMA store.
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    typename Pipeline::SharedStorage pipe_k;
+    typename Pipeline::SharedStorage pipe_v;
+    alignas(8) uint64_t barrier_q;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 232448, "exceeds the 227 KB per-block shared memory of sm90");
+};
+
+}  // namespace flash::sm90
