@@ -213,7 +213,7 @@ def test_defaults():
     assert args.seqlens == [1024, 4096, 16384] and args.causals == [False, True]
     assert (args.varlen_batch, args.varlen_maxlens, args.varlen_nheads) == (16, [1024, 4096], 16)
     assert args.benches == ["gqa", "varlen"] and args.directions == ["fwd", "bwd"]
-    assert args.impls == list(bench.IMPLS)
+    assert args.impls == list(bf.IMPLS) and "flash_attn_cuda_sm80" not in bf.IMPLS
 
 
 def test_options_are_parsed():
@@ -302,7 +302,7 @@ def test_cpu_run_writes_checked_rows(cpu_run, tmp_path, capsys):
     gqa = read_rows(tmp_path / "t_gqa.csv")
     assert list(gqa[0]) == bf.GQA_COLUMNS and {r["dtype"] for r in gqa} == {"bfloat16"}
     assert [(r["causal"], r["seqlen"], r["impl"]) for r in gqa] == [
-        (c, s, i) for c in ("False", "True") for s in ("16", "32") for i in bench.IMPLS]
+        (c, s, i) for c in ("False", "True") for s in ("16", "32") for i in bf.IMPLS]
     for r in gqa:
         if r["impl"] in ("sdpa_cudnn", "sdpa_efficient"):  # not on the CPU: both candidates refused
             assert r["error"] and not r["fwd_ms"]
