@@ -643,6 +643,7 @@ std::string last_fwd_family() { return last_family; }
 
 // FLASH_ATTN_CUDA_FAMILY as the forward reads it now: "auto", "sm80" or "sm90"; raises on a bad value.
 std::string fwd_family_setting() { return flash::family_name(family_from_env()); }
+bool sm90_by_default() { return flash::kSm90ByDefault; }
 
 // Names as torch spells them ("float16", "bfloat16").
 std::vector<std::string> compiled_dtypes() {
@@ -686,6 +687,7 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("sm90_head_dims() -> int[]", &sm90_head_dims);
   m.def("last_fwd_family() -> str", &last_fwd_family);
   m.def("fwd_family_setting() -> str", &fwd_family_setting);
+  m.def("sm90_by_default() -> bool", &sm90_by_default);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
         "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "

@@ -19,7 +19,8 @@ bool params_supported(const FwdParams& params);
 // launch's error status; `ran` (if given) receives the family that ran (kSm80 or kSm90).
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran = nullptr);
 
-// The family run_fwd(params) runs on the current device: kSm90 when params.family is not kSm80, the
+// The family run_fwd(params) runs on the current device: kSm90 when params.family asks for it (kSm90,
+// or kAuto with kSm90ByDefault), the
 // build compiled sm90 for (dtype, headdim_rounded), the device has compute capability 9.0 and
 // sm90::fwd_supports(params); else kSm80. Never kAuto.
 FwdFamily fwd_family(const FwdParams& params);

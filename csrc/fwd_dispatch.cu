@@ -94,7 +94,8 @@ static bool current_device_is_sm90() {
 }
 
 FwdFamily fwd_family(const FwdParams& params) {
-  const bool sm90 = params.family != FwdFamily::kSm80 && sm90_compiled(params.dtype, params.headdim_rounded) &&
+  const bool wanted = params.family == FwdFamily::kSm90 || (kSm90ByDefault && params.family == FwdFamily::kAuto);
+  const bool sm90 = wanted && sm90_compiled(params.dtype, params.headdim_rounded) &&
                     current_device_is_sm90() && sm90::fwd_supports(params);
   return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;
 }

@@ -65,6 +65,9 @@ HAS_KVCACHE: bool = HAS_EXTENSION and hasattr(_ops, "fwd_kvcache")
 # compile it for 64/128/256 (those built); it runs on compute capability 9.0 GPUs, picked per call.
 _SM90_HEAD_DIMS: tuple[int, ...] = tuple(_ops.sm90_head_dims()) if HAS_EXTENSION else ()
 HAS_SM90: bool = bool(_SM90_HEAD_DIMS)
+# Whether FLASH_ATTN_CUDA_FAMILY=auto (or unset) picks the sm90 family (csrc/params.h, kSm90ByDefault);
+# when False, sm90 runs only with FLASH_ATTN_CUDA_FAMILY=sm90.
+SM90_BY_DEFAULT: bool = HAS_EXTENSION and bool(_ops.sm90_by_default())
 
 
 def sm90_head_dims() -> tuple[int, ...]:

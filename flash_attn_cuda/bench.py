@@ -47,9 +47,10 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80")
-# flash_attn_cuda_sm80: ours with the forward forced to the sm80 (FA2) kernel family
-# (FLASH_ATTN_CUDA_FAMILY=sm80 around each call), to compare the families in one run.
+IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
+         "flash_attn_cuda_sm90")
+# flash_attn_cuda_sm80 / _sm90: ours with the forward family forced (FLASH_ATTN_CUDA_FAMILY around each
+# call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPE_COLUMNS = ["impl", "dtype", "hdim", "seqlen", "causal", "batch", "nheads"]
@@ -136,7 +137,7 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     return sdpa_fn(impl, causal)
 
 
-FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80"}  # impl -> forced FLASH_ATTN_CUDA_FAMILY
+FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90"}  # impl -> forced FLASH_ATTN_CUDA_FAMILY
 
 
 def is_ours(impl: str) -> bool:

@@ -8,6 +8,6 @@ SKIP_TESTS=1 SKIP_BENCH=1 FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=$
 timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -rfE ${TESTS} > "$OUT/tests.log" 2>&1
 echo "tests rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -2 "$OUT/tests.log"
 timeout ${BENCH_TIMEOUT:-150} python3 -m flash_attn_cuda.bench --directions fwd --hdims 64,128,256 \
-  --seqlens 1024,4096,16384 --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_flash,sdpa_cudnn \
+  --seqlens 1024,4096,16384 --impls flash_attn_cuda,flash_attn_cuda_sm90,sdpa_flash,sdpa_cudnn \
   --out "$OUT/res" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; grep -E "^\|" "$OUT/bench.log"

@@ -174,7 +174,8 @@ def test_forced_sm90_falls_back_to_sm80(monkeypatch):
 
 
 def test_forced_sm80_and_auto(monkeypatch):
-    """sm80 forces the sm80 kernels; auto (and unset) serves every call too, with sm90 where it can."""
+    """sm80 forces the sm80 kernels; auto (and unset) serves every call too, with sm90 where it can when
+    _ops.SM90_BY_DEFAULT (else sm80)."""
     hdim = hdim_for("sm90", HDIMS[0])
     q, k, v = (torch.randn(1, 300, 2, hdim, device="cuda", dtype=DTYPES[0]) for _ in range(3))
     monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm80")
@@ -184,7 +185,7 @@ def test_forced_sm80_and_auto(monkeypatch):
     for setting in ("auto", ""):
         monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", setting)
         run_and_check(q, k, v, causal=True)
-        expected = "sm90" if sm90_gpu and hdim in SM90_HDIMS else "sm80"
+        expected = "sm90" if sm90_gpu and hdim in SM90_HDIMS and flash_attn_cuda._ops.SM90_BY_DEFAULT else "sm80"
         assert flash_attn_cuda._ops.last_fwd_family() == expected, setting
 
 
