@@ -6,7 +6,7 @@ export CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 BUILD ?= build/cpp
 
-.PHONY: install test bench bench-features bench-decode bench-cpp check-sass sm90-objects clean FORCE
+.PHONY: install test bench bench-features bench-decode bench-cpp check-sass sm90-check sm90-objects clean FORCE
 
 install:            ## build the extension in place and install the package (editable)
 	$(PYTHON) -m pip install --no-build-isolation --no-deps -e . -v
@@ -99,7 +99,11 @@ $(BUILD)/bench_bwd: benchmarks/cpp/bench_bwd.cu $(BENCH_DEPS) $(FWD_OBJS) $(BWD_
 check-sass:         ## compile the sm90 objects (build/cpp/instantiations/sm90_*.o) and check their SASS and ptxas logs
 	$(PYTHON) tools/gen_instantiations.py > /dev/null
 	@if [ -z "$(SM90_GENCODE)" ]; then echo "check-sass: this build has no sm90 family: add 90a to FLASH_ATTN_CUDA_ARCHS" >&2; exit 2; fi
-	$(MAKE) sm90-objects
+	$(MAKE) sm90-check
+
+# A sub-make, so the sm90 sources the generator just wrote are seen (make expands a recipe, and its
+# wildcards, before running its first line).
+sm90-check: sm90-objects
 	$(PYTHON) tools/check_sass.py $(foreach o,$(SM90_OBJS),--log $(o).log) $(SM90_OBJS)
 
 sm90-objects: $(SM90_OBJS)

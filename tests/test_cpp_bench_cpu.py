@@ -9,6 +9,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -313,3 +314,28 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
     assert not list((tree / "csrc" / "instantiations").glob("sm90_*"))
     replanned = _make(tree, plain, "-n")
     assert not any("instantiations/sm90_" in line for line in replanned), replanned
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
+    """CI's order: the extension build's generator leaves no sm90 unit (archs 90), then make check-sass
+    with 90a generates one and must compile and check it (make expands a recipe before running it, so
+    the check runs in a sub-make that sees the new file). Stand-in nvcc and cuobjdump, no compiler."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_check_sass_cpu import GOOD
+    tree = _make_tree(tmp_path)
+    nvcc, cuobjdump, sass = tmp_path / "nvcc", tmp_path / "cuobjdump", tmp_path / "good.sass"
+    sass.write_text(GOOD)
+    nvcc.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && touch "$2"; shift; done\n')
+    cuobjdump.write_text(f'#!/bin/sh\ncat "{sass}"\n')
+    for tool in (nvcc, cuobjdump):
+        tool.chmod(0o755)
+    plain = _env(tmp_path)
+    subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=plain, check=True, capture_output=True)
+    assert not list((tree / "csrc" / "instantiations").glob("sm90_*"))
+    env = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90;90a", NVCC=str(nvcc), CUOBJDUMP=str(cuobjdump))
+    result = subprocess.run(["make", "--no-print-directory", "check-sass"], cwd=tree, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check_sass: ok: 1 object(s)" in result.stdout + result.stderr
+    assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16.o").exists()
