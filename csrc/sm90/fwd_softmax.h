@@ -6,18 +6,14 @@
 #include <cmath>
 #include <cute/tensor.hpp>
 
+#include "../tensor_utils.h"
+
 namespace flash::sm90 {
 
 using namespace cute;
 
-CUTE_DEVICE float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-CUTE_DEVICE float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffff, x, 1);
-  return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
+using flash::quad_max;  // tensor_utils.h: reductions over the 4 threads of a quad (one row)
+using flash::quad_sum;
 
 template <int kRows>
 struct OnlineSoftmax {
