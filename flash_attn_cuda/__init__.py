@@ -13,7 +13,7 @@ from torch._subclasses.fake_tensor import is_fake
 from . import _pad
 from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims, require_extension
 from .kvcache import attention_with_kvcache
-from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softcap_combination,
+from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softcap_scale,
                         check_softmax_scale, check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
@@ -41,7 +41,7 @@ def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, dropout_p: floa
     window_left, window_right = check_window_size(window_size, causal)
     softcap = check_softcap(softcap)
     alibi_slopes = check_alibi_slopes(alibi_slopes, batch, q.shape[-2], q.device)
-    check_softcap_combination(softcap, softmax_scale, alibi_slopes)
+    check_softcap_scale(softcap, softmax_scale)
     if alibi_slopes is not None and alibi_slopes.requires_grad:
         raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
     # A left edge at or past the last key is no edge (the plain kernel runs it).

@@ -235,10 +235,10 @@ def check_softcap(softcap: object) -> float:
     return float(softcap)
 
 
-def check_softcap_combination(softcap: float, softmax_scale: float, alibi_slopes: Optional[torch.Tensor]) -> None:
+def check_softcap_scale(softcap: float, softmax_scale: float) -> None:
     """A checked softcap in range for softmax_scale (the kernels take softmax_scale / softcap, tanh's
-    argument scale, and 2 softcap log2(e) as float32). alibi_slopes combines with it (flash-attn's
-    order: the bias is added to the capped score); kept in the signature for the callers."""
+    argument scale, and 2 softcap log2(e) as float32). ALiBi combines with any softcap (flash-attn's
+    order: the bias is added to the capped score)."""
     if softcap != 0 and not (softmax_scale / softcap >= FLT_MIN and 2 * softcap * math.log2(math.e) <= FLT_MAX):
         raise ValueError(f"flash_attn_cuda: softcap {softcap} is out of range for softmax_scale {softmax_scale} "
                          "(softmax_scale / softcap must be a normal float32 and softcap below about 1e38)")

@@ -256,7 +256,7 @@ def _check_options(q, capacity: int, softmax_scale, causal, window_size, softcap
     left, right = (-1 if w >= capacity else w for w in _validate.check_window_size(window_size, bool(causal)))
     softcap = _validate.check_softcap(softcap)
     alibi_slopes = _validate.check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
-    _validate.check_softcap_combination(softcap, softmax_scale, alibi_slopes)
+    _validate.check_softcap_scale(softcap, softmax_scale)
     if not _validate._is_int(num_splits):
         raise TypeError(f"flash_attn_cuda: num_splits must be an int, got {type(num_splits).__name__}")
     if not 0 <= num_splits <= MAX_SPLITS:
