@@ -220,8 +220,9 @@ std::tuple<at::Tensor, at::Tensor> varlen_forward(const at::Tensor& q, const at:
   auto [out, lse] = fwd_kvcache(q4, k4, v4, std::nullopt, std::nullopt, std::nullopt, std::nullopt, ends,
                                 std::nullopt, leftpad, std::nullopt, softmax_scale, opt.causal, opt.window_left,
                                 opt.window_right, opt.softcap, true, *opt.alibi_slopes, 0);
-  // out (batch, sq, nheads, d) -> (total_q, nheads, d); lse (batch, nheads, sq) -> (nheads, total_q)
-  return {out.view(q.sizes()), lse.permute({1, 0, 2}).reshape({nheads, batch * max_seqlen_q})};
+  // out (batch, sq, nheads, d) -> (total_q, nheads, d); lse (batch, nheads, sq) -> (nheads, total_q),
+  // contiguous as the varlen backward requires (for sq == 1 the reshape alone is a strided view)
+  return {out.view(q.sizes()), lse.permute({1, 0, 2}).reshape({nheads, batch * max_seqlen_q}).contiguous()};
 }
 
 // Registers the decode paths with binding.cpp's fwd() / fwd_varlen() when this file is part of the build.

@@ -16,12 +16,11 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 // bench_fwd --family). Both families write the same out and lse, so the backward is unchanged.
 enum class FwdFamily : int { kAuto = 0, kSm80 = 1, kSm90 = 2 };
 
-// Whether kAuto picks the sm90 family. Off until the sm90 forward's GPU tests have run through the
-// binding (tests/test_attention_gpu.py, test_backward_gpu.py, family-parametrised): the kernel was
-// checked on the H200 through its entry point only (benchmarks/cpp/sm90_fwd_check.cu, 240 shapes,
-// compute-sanitizer clean; benchmarks/NOTES.md), and the device was withdrawn before the binding-level
-// run. Until then FLASH_ATTN_CUDA_FAMILY=sm90 opts in.
-constexpr bool kSm90ByDefault = false;
+// Whether kAuto picks the sm90 family: on since the package's GPU tests ran it through the binding
+// on the H200 (tests/test_attention_gpu.py, test_backward_gpu.py family-parametrised, the SDPA and
+// transformers drop-in tests; benchmarks/NOTES.md "Hopper forward"). FLASH_ATTN_CUDA_FAMILY=sm80
+// forces the sm80 kernels.
+constexpr bool kSm90ByDefault = true;
 
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
 //

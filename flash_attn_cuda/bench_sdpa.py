@@ -12,6 +12,7 @@ a float32 block at most 2x PyTorch flash's error + 1e-3); a failure stops the ru
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 
 import torch
@@ -68,8 +69,7 @@ def _activate(ours: bool) -> None:
 
 def check(model, x, dout) -> str:
     """Our block output/dx vs a float32 copy of the block, against PyTorch flash's error."""
-    ref_model = Block(model.norm1.normalized_shape[0], model.heads, model.kv_heads).cuda().float()
-    ref_model.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    ref_model = copy.deepcopy(model).float()   # the same layers and weights, in float32
     xf = x.detach().float().requires_grad_()
     with sdpa_kernel(SDPBackend.MATH):
         ref_out = ref_model(xf)
