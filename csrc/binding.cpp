@@ -15,8 +15,10 @@
 #include <cstdlib>
 #include <string>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "binding_common.h"
@@ -95,17 +97,64 @@ void check_fwd_device(const at::Tensor& q) {
               num(int64_t(props->major)), ".", num(int64_t(props->minor)));
 }
 
-// The shared memory of the forward kernel that will run (`family`, resolved), on q's device: the
-// sm80 family's head-dim-headdim_rounded kernel must fit (sm86/89 allow 99 KB). The sm90 family runs
-// only on compute capability 9.0, whose 227 KB its tiles are sized for.
-void check_fwd_smem(const at::Tensor& q, int64_t headdim, int headdim_rounded, flash::FwdFamily family) {
-  if (family == flash::FwdFamily::kSm90) { return; }
+// FLASH_ATTN_CUDA_SMEM_BUDGET, read on every call (tests and benchmarks switch it between calls): a
+// cap in KB on the shared memory per thread block the tile tables may plan for (smem_budget.h), so
+// that an H200 runs the tiles of A100 (163) or sm86/sm89 (99). Unset or empty: 0, no cap (the
+// GPU's opt-in limit alone). Anything but a positive integer is one clear error.
+int smem_budget_from_env() {
+  const char* raw = std::getenv("FLASH_ATTN_CUDA_SMEM_BUDGET");
+  std::string value = raw == nullptr ? "" : raw;
+  const size_t begin = value.find_first_not_of(" \t"), end = value.find_last_not_of(" \t");
+  value = begin == std::string::npos ? "" : value.substr(begin, end - begin + 1);
+  if (value.empty()) { return 0; }
+  bool digits = value.size() <= 6;
+  for (char c : value) { digits = digits && std::isdigit(static_cast<unsigned char>(c)); }
+  const int kb = digits ? std::atoi(value.c_str()) : 0;
+  TORCH_CHECK(kb > 0, "flash_attn_cuda: FLASH_ATTN_CUDA_SMEM_BUDGET must be a positive number of KB (e.g. 163 or "
+              "99) or unset, got '", raw, "'");
+  return kb;
+}
+
+// The tiles the last forward call of this thread / the last backward call of the process launched
+// (sm80 family): {block_m, block_n, warps, q_stages, smem_bytes, budget row in KB}; empty when no
+// sm80-family kernel ran (the sm90 family, the decode kernel, empty inputs) or before any call.
+// Tests read them (last_fwd_tile, last_bwd_tile ops) to check which tile really ran under a budget.
+// The backward is process-wide: autograd runs it on its own device thread.
+thread_local std::vector<int64_t> last_fwd_tile_desc;
+std::mutex last_bwd_tile_mutex;
+std::vector<int64_t> last_bwd_tile_desc;  // guarded by last_bwd_tile_mutex
+
+void set_last_bwd_tile(std::vector<int64_t> desc) {
+  const std::lock_guard<std::mutex> lock(last_bwd_tile_mutex);
+  last_bwd_tile_desc = std::move(desc);
+}
+
+std::vector<int64_t> describe(const flash::KernelTile& t) {
+  return {t.block_m, t.block_n, t.warps, t.q_stages, t.smem_bytes, t.budget_kb};
+}
+
+// "this GPU (NAME) allows N KB" or, capped by the knob, "... capped to N KB by FLASH_ATTN_CUDA_SMEM_BUDGET".
+std::string smem_limit_text(const at::Tensor& q, int budget_bytes) {
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  const int smem = flash::fwd_shared_memory_bytes(headdim_rounded);
-  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin,
-              "flash_attn_cuda: head dim ", num(headdim), " runs the head-dim-", num(int64_t(headdim_rounded)),
-              " kernel, which needs ", num(int64_t(smem / 1024)), " KB of shared memory per block; this GPU (",
-              props->name, ") allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)), " KB");
+  const int64_t optin_kb = static_cast<int64_t>(props->sharedMemPerBlockOptin / 1024);
+  std::string text = std::string("this GPU (") + props->name + ") allows " + num(optin_kb) + " KB";
+  if (budget_bytes / 1024 < optin_kb) {
+    text += ", capped to " + num(int64_t(budget_bytes / 1024)) + " KB by FLASH_ATTN_CUDA_SMEM_BUDGET";
+  }
+  return text;
+}
+
+// The shared memory of the forward kernel that will run (`family`, resolved), on q's device (call
+// under its guard): some tile of the sm80 family's table for headdim_rounded must fit the budget
+// (flash::fwd_tile); every row fits 99 KB, so this refuses only budgets capped below that. The sm90
+// family runs only on compute capability 9.0 with its whole 227 KB (fwd_family checks the budget).
+void check_fwd_smem(const at::Tensor& q, const flash::FwdParams& p, flash::FwdFamily family) {
+  if (family == flash::FwdFamily::kSm90) { return; }
+  const flash::KernelTile tile = flash::fwd_tile(p);
+  TORCH_CHECK(tile.smem_bytes >= 0, "flash_attn_cuda: head dim ", num(int64_t(p.headdim)), " runs the head-dim-",
+              num(int64_t(p.headdim_rounded)), " forward kernel, and no tile of it fits the shared memory per block: ",
+              smem_limit_text(q, tile.budget_bytes), " (the smallest tile needs ",
+              num(int64_t(flash::fwd_smallest_shared_memory_bytes(p.headdim_rounded) / 1024)), " KB)");
 }
 
 // FLASH_ATTN_CUDA_FAMILY, read on every forward call (tests and benchmarks switch it between calls):
@@ -145,7 +194,9 @@ bool use_decode_forward(const at::Tensor& q, int64_t seqlen_q, int64_t group, in
                     (opt.window_left >= 0 && opt.window_left < seqlen_k);
   if (mods && !has_features()) { return false; }
   const int smem = decode_forward.smem_bytes(headdim_rounded);
-  return smem >= 0 && static_cast<size_t>(smem) <= at::cuda::getDeviceProperties(q.get_device())->sharedMemPerBlockOptin;
+  flash::FwdParams budget;  // the device's opt-in limit, capped by FLASH_ATTN_CUDA_SMEM_BUDGET
+  budget.smem_budget_kb = smem_budget_from_env();
+  return smem >= 0 && smem <= flash::smem_budget_bytes(budget);
 }
 
 // alibi_slopes: float32, contiguous, on q's device, (nheads,) or (batch, nheads).
@@ -278,10 +329,13 @@ void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale
 // q's device, under its guard), after the shared-memory check of the family that will run; records it.
 void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily family, const char* what) {
   p.family = family;
-  check_fwd_smem(q, p.headdim, p.headdim_rounded, flash::fwd_family(p));
+  p.smem_budget_kb = smem_budget_from_env();
+  const flash::FwdFamily will_run = flash::fwd_family(p);
+  check_fwd_smem(q, p, will_run);
   flash::FwdFamily ran = flash::FwdFamily::kSm80;
   check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream(), &ran), p, what);
   last_family = flash::family_name(ran);
+  if (ran == flash::FwdFamily::kSm80) { last_fwd_tile_desc = describe(flash::fwd_tile(p)); }
 }
 
 // deterministic only matters to the backward; the forward takes it so that autograd's context
@@ -317,6 +371,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   const c10::cuda::CUDAGuard device_guard(q.device());
   if (use_decode_forward(q, seqlen_q, nheads / nheads_k, seqlen_k, headdim_rounded, opt)) {
     last_family = "decode";
+    last_fwd_tile_desc.clear();
     return decode_forward.run(q, k, v, softmax_scale, opt);
   }
   check_fwd_device(q);
@@ -324,6 +379,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
   last_family = "none";
+  last_fwd_tile_desc.clear();
   if (out.numel() == 0) { return {out, lse}; }
   if (seqlen_k == 0) {  // nothing to attend to: O = 0, LSE = -inf, like rows masked out entirely
     out.zero_();
@@ -389,12 +445,14 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
   if (decode_forward.run_varlen != nullptr && batch > 0 && q.size(0) == batch * max_seqlen_q && has_features() &&
       use_decode_forward(q, max_seqlen_q, nheads / k.size(1), max_seqlen_k, headdim_rounded, opt)) {
     last_family = "decode";
+    last_fwd_tile_desc.clear();
     return decode_forward.run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, opt);
   }
   check_fwd_device(q);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));
   last_family = "none";
+  last_fwd_tile_desc.clear();
   if (out.numel() == 0) { return {out, lse}; }
   // No sequence (or none with keys): rows outside every sequence get O = 0, LSE = -inf. Only
   // inconsistent prefix sums (raw op, compiled graph) leave rows outside every sequence.
@@ -411,14 +469,18 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Ten
 }
 
 #ifdef FLASH_ATTN_CUDA_BACKWARD
-// The backward's shared memory on q's GPU; call under its device guard.
-void check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
-  const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  const int smem = flash::bwd_shared_memory_bytes(headdim_rounded);
-  TORCH_CHECK(smem >= 0 && static_cast<size_t>(smem) <= props->sharedMemPerBlockOptin, "flash_attn_cuda: the "
-              "backward for head dim ", num(int64_t(headdim_rounded)), " needs ", num(int64_t(smem / 1024)),
-              " KB of shared memory per block; this GPU allows ", num(int64_t(props->sharedMemPerBlockOptin / 1024)),
-              " KB");
+// The backward's shared memory on q's GPU (call under its device guard): some tile of the table for
+// headdim_rounded must fit the budget (flash::bwd_tile; every row fits 99 KB). Returns the budget cap
+// (FLASH_ATTN_CUDA_SMEM_BUDGET, KB; 0 none) for the params, so that the check and the launch see one value.
+int check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
+  flash::BwdParams probe;
+  probe.headdim_rounded = headdim_rounded;
+  probe.smem_budget_kb = smem_budget_from_env();
+  const flash::KernelTile tile = flash::bwd_tile(probe);
+  TORCH_CHECK(tile.smem_bytes >= 0, "flash_attn_cuda: no backward tile for head dim ", num(int64_t(headdim_rounded)),
+              " fits the shared memory per block: ", smem_limit_text(q, tile.budget_bytes), " (the smallest tile needs ",
+              num(int64_t(flash::bwd_smallest_shared_memory_bytes(headdim_rounded) / 1024)), " KB)");
+  return probe.smem_budget_kb;
 }
 
 // dk/dv of each query head viewed by GQA group: (..., nheads, d) -> (..., nheads_k, group, d); summing
@@ -460,6 +522,7 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   set_strides(dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   set_strides(dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream()), p, "backward");
+  set_last_bwd_tile(describe(flash::bwd_tile(p)));
 }
 
 // The gradient destinations of bwd_into / bwd_varlen_into: dq like q, dk/dv like k/v (shape,
@@ -490,6 +553,7 @@ void run_backward_into(flash::BwdParams& p, const at::Tensor& dout, const at::Te
   at::Tensor dk_full = grouped ? at::empty(full_shape, dq.options()) : dk;  // (..., nheads, d) per query head
   at::Tensor dv_full = grouped ? at::empty(full_shape, dq.options()) : dv;
   if (empty) {
+    set_last_bwd_tile({});
     dq.zero_();
     dk_full.zero_();
     dv_full.zero_();
@@ -536,9 +600,9 @@ void bwd_into(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, 
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  check_bwd_smem(q, headdim_rounded);
-  const bool empty = q.numel() == 0 || k.numel() == 0;
   flash::BwdParams p;
+  p.smem_budget_kb = check_bwd_smem(q, headdim_rounded);
+  const bool empty = q.numel() == 0 || k.numel() == 0;
   if (!empty) { fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded); }
   run_backward_into(p, dout, dq, dk, dv, deterministic, empty);
 }
@@ -585,9 +649,9 @@ void bwd_varlen_into(const at::Tensor& dout, const at::Tensor& q, const at::Tens
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  check_bwd_smem(q, headdim_rounded);
-  const bool empty = q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0;
   flash::BwdParams p;
+  p.smem_budget_kb = check_bwd_smem(q, headdim_rounded);
+  const bool empty = q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0;
   if (!empty) {
     fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                        opt, headdim_rounded);
@@ -640,6 +704,13 @@ std::vector<int64_t> sm90_head_dims() {
 }
 
 std::string last_fwd_family() { return last_family; }
+std::vector<int64_t> last_fwd_tile() { return last_fwd_tile_desc; }
+std::vector<int64_t> last_bwd_tile() {
+  const std::lock_guard<std::mutex> lock(last_bwd_tile_mutex);
+  return last_bwd_tile_desc;
+}
+// FLASH_ATTN_CUDA_SMEM_BUDGET as the calls read it now (KB; 0 unset); raises on a bad value.
+int64_t smem_budget_setting() { return smem_budget_from_env(); }
 
 // FLASH_ATTN_CUDA_FAMILY as the forward reads it now: "auto", "sm80" or "sm90"; raises on a bad value.
 std::string fwd_family_setting() { return flash::family_name(family_from_env()); }
@@ -686,6 +757,9 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("has_features() -> bool", &has_features);
   m.def("sm90_head_dims() -> int[]", &sm90_head_dims);
   m.def("last_fwd_family() -> str", &last_fwd_family);
+  m.def("last_fwd_tile() -> int[]", &last_fwd_tile);
+  m.def("last_bwd_tile() -> int[]", &last_bwd_tile);
+  m.def("smem_budget_setting() -> int", &smem_budget_setting);
   m.def("fwd_family_setting() -> str", &fwd_family_setting);
   m.def("sm90_by_default() -> bool", &sm90_by_default);
 #ifdef FLASH_ATTN_CUDA_BACKWARD

@@ -11,12 +11,32 @@
 
 namespace flash {
 
+// The head dim's row for the budget (smem_budget.h): the default tile, or the 163 / 99 KB one where
+// it differs (each its own instantiation). No row fits: cudaErrorInvalidConfiguration, nothing
+// launched (the binding refuses first, naming the GPU and its limit).
+template <typename Element, int kHeadDim>
+static cudaError_t run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
+  switch (bwd_tile_under<kHeadDim>(smem_budget_bytes(params)).budget_kb) {
+    case 227:
+      return run_bwd_<Element, kHeadDim, 227>(params, stream);
+    case 163:
+      if constexpr (bwd_tile_is_own<kHeadDim, 163>()) { return run_bwd_<Element, kHeadDim, 163>(params, stream); }
+      break;
+    case 99:
+      if constexpr (bwd_tile_is_own<kHeadDim, 99>()) { return run_bwd_<Element, kHeadDim, 99>(params, stream); }
+      break;
+    default:
+      break;
+  }
+  return cudaErrorInvalidConfiguration;
+}
+
 template <typename Element>
 static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
   switch (params.headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return run_bwd_<Element, D>(params, stream);
+    return run_bwd_hdim<Element, D>(params, stream);
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:
@@ -44,23 +64,50 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   }
 }
 
-// {-1, -1} for a head dim this build did not compile.
-static BwdTileInfo tile_info(int headdim_rounded) {
-  switch (headdim_rounded) {
+KernelTile bwd_tile(const BwdParams& params) {
+  const int budget = smem_budget_bytes(params);
+  switch (params.headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return bwd_tile_info<D>();
+    return bwd_tile_under<D>(budget);
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
-    default:
-      return {};
+    default: {
+      KernelTile none;
+      none.budget_bytes = budget;
+      return none;
+    }
   }
 }
 
-int bwd_shared_memory_bytes(int headdim_rounded) { return tile_info(headdim_rounded).smem_bytes; }
+int bwd_shared_memory_bytes(int headdim_rounded) {
+  switch (headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return BwdTraitsFor<D, cutlass::half_t>::kSmemBytes;
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return -1;
+  }
+}
+
+int bwd_smallest_shared_memory_bytes(int headdim_rounded) {
+  switch (headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return BwdTraitsFor<D, cutlass::half_t, 99>::kSmemBytes;
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return -1;
+  }
+}
 
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms) {
-  const int block_n = tile_info(params.headdim_rounded).block_n;
+  // block_n of the tile run_bwd launches for these params (its budget row): the slices are
+  // assigned per K/V block of that tile.
+  const int block_n = bwd_tile(params).block_n;
   if (!params.deterministic || block_n < 0) { return 1; }
   // One wave of thread blocks (one per SM at these tile sizes), but never more slices than
   // K/V blocks: each extra slice costs batch * nheads * seqlen_q_rounded * headdim_rounded floats

@@ -188,10 +188,12 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   }
 
   // ---------------------------------------------------------------- SHARED TILES
-  // Q and dO have two stages each: Q/dO of the next Q block stream in while this one computes.
-  Element* const smem_q = reinterpret_cast<Element*>(smem);                    // 2 x (kBlockM, d)
-  Element* const smem_do = smem_q + 2 * Traits::kSmemQElems;                   // 2 x (kBlockM, d)
-  Tensor sK = make_tensor(make_smem_ptr(smem_do + 2 * Traits::kSmemQElems), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+  // Q and dO have kStages stages each (bwd_kernel_traits.h): with two, Q/dO of the next Q block
+  // stream in while this one computes.
+  constexpr int kStages = Traits::kQStages;
+  Element* const smem_q = reinterpret_cast<Element*>(smem);                    // kStages x (kBlockM, d)
+  Element* const smem_do = smem_q + kStages * Traits::kSmemQElems;             // kStages x (kBlockM, d)
+  Tensor sK = make_tensor(make_smem_ptr(smem_do + kStages * Traits::kSmemQElems), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});                             // (kBlockN, d)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutP{});                              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutP{});                             // (kBlockM, kBlockN)
@@ -218,11 +220,11 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   Tensor tdOgdO = gmem_thr.partition_S(gdO);                                    // (CPY, CPY_M, CPY_K, m)
   Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(TileQ{}));            // (CPY, CPY_M, CPY_K) -> (row, col)
   Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(TileKV{}));         // (CPY, CPY_N, CPY_K) -> (row, col)
-  auto load_q_do = [&](int m_block) {  // Q and dO of m_block into stage m_block % 2
+  auto load_q_do = [&](int m_block) {  // Q and dO of m_block into stage m_block % kStages
     const int valid_q_rows = seq.seqlen_q() - m_block * kBlockM;
-    load_tile(gmem_copy, tQgQ(_, _, _, m_block), gmem_thr.partition_D(stage_q(m_block % 2)), tQcQ, valid_q_rows,
-              params.headdim);
-    load_tile(gmem_copy, tdOgdO(_, _, _, m_block), gmem_thr.partition_D(stage_do(m_block % 2)), tQcQ,
+    load_tile(gmem_copy, tQgQ(_, _, _, m_block), gmem_thr.partition_D(stage_q(m_block % kStages)), tQcQ,
+              valid_q_rows, params.headdim);
+    load_tile(gmem_copy, tdOgdO(_, _, _, m_block), gmem_thr.partition_D(stage_do(m_block % kStages)), tQcQ,
               valid_q_rows, params.headdim);
   };
   load_tile(gmem_copy, gmem_thr.partition_S(gK), gmem_thr.partition_D(sK), tKVcKV, valid_kv_rows, params.headdim);
@@ -282,10 +284,12 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   // ---------------------------------------------------------------- MAIN LOOP over Q blocks
   CUTE_NO_UNROLL
   for (int m_block = m_min; m_block < m_max; ++m_block) {
-    const int stage = m_block % 2;
-    // The other stage was last read by the previous block (the __syncthreads at the loop's end).
-    if (m_block + 1 < m_max) { load_q_do(m_block + 1); }
-    cp_async_fence();
+    const int stage = m_block % kStages;
+    if constexpr (kStages == 2) {
+      // The other stage was last read by the previous block (the __syncthreads at the loop's end).
+      if (m_block + 1 < m_max) { load_q_do(m_block + 1); }
+      cp_async_fence();
+    }
 
     // LSE (log2 domain) and D of this thread's rows (padded: +inf and 0 past seqlen_q).
     float lse_log2[kRows], delta[kRows];
@@ -296,8 +300,8 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
       delta[r] = mDelta(row);
     }
 
-    cp_async_wait<1>();  // this block's Q/dO (and K/V) landed ...
-    __syncthreads();     // ... for every thread
+    cp_async_wait<kStages - 1>();  // this block's Q/dO (and K/V) landed ...
+    __syncthreads();               // ... for every thread
 
     // S = Q K^T, masked, P = exp2(S * scale_log2 - LSE * log2 e)
     Tensor acc_s = partition_fragment_C(mma_sdp, TileS{});                      // (MMA, MMA_M, MMA_N) fp32
@@ -349,6 +353,13 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
             copy_a_dkv, copy_b_dkv);                                                        // dV += P^T dO
     gemm_ss(acc_dk, tdKrdSt, tdKrQt, tdKsdSt, copy_b_dkv.get_thread_slice(tid).partition_S(stage_qt(stage)), mma_dkv,
             copy_a_dkv, copy_b_dkv);                                                        // dK += dS^T Q
+    if constexpr (kStages == 1) {
+      // One stage: dV and dK were the last readers of Q/dO; once every warp is past them, the next
+      // block's Q/dO load into the same buffers, under the dQ product and its atomics.
+      __syncthreads();
+      if (m_block + 1 < m_max) { load_q_do(m_block + 1); }
+      cp_async_fence();
+    }
 
     Tensor acc_dq = partition_fragment_C(mma_dq, TileQ{});                      // (MMA, MMA_M, d/..) fp32
     clear(acc_dq);
@@ -357,7 +368,7 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     float* tdQgdQ = dq_accum_tile<Traits>(dq_accum, scratch_row0, m_block) + tid;
     CUTE_UNROLL
     for (int i = 0; i < size(acc_dq); ++i) { atomicAdd(tdQgdQ + i * Traits::kNThreads, acc_dq(i)); }
-    __syncthreads();  // the next Q block overwrites sP, sdS, and the block after it this stage
+    __syncthreads();  // the next Q block overwrites sP, sdS (and, two stages, the block after it this stage)
   }
   cp_async_wait<0>();  // the last fence's group is empty, but keep the count balanced
 

@@ -11,8 +11,11 @@ namespace flash {
 
 using namespace cute;
 
+// kQStages_: buffers of Q and of dO. 2: the next Q block's Q/dO load (cp.async) under this block's
+// MMAs; 1: they load once this block's dK/dV products have read Q/dO, under its dQ product and
+// atomics (2 * kBlockM * d * 2 B less shared memory: the 163 / 99 KB tiles, bwd_tile_config.h).
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kAtomMSdP, int kAtomNdKV, int kAtomMdQ,
-          typename Element_>
+          typename Element_, int kQStages_ = 2>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -20,6 +23,8 @@ struct BwdTraits {
   static constexpr int kBlockN = kBlockN_;   // K/V rows owned by the thread block
   static constexpr int kNWarps = kNWarps_;
   static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kQStages = kQStages_;
+  static_assert(kQStages == 1 || kQStages == 2, "Q/dO are single- or double-buffered");
   static_assert(kNWarps % kAtomMSdP == 0 && kNWarps % kAtomNdKV == 0 && kNWarps % kAtomMdQ == 0);
   // Each MMA's (M, N) tile must divide its operand, or CuTe's partitions would not cover it.
   static_assert(kBlockM % (16 * kAtomMSdP) == 0 && kBlockN % (16 * (kNWarps / kAtomMSdP)) == 0, "S/dP tile");
@@ -61,13 +66,18 @@ struct BwdTraits {
   static constexpr int kSmemQElems = int(decltype(size(SmemLayoutQ{}))::value);
   static constexpr int kSmemKVElems = int(decltype(size(SmemLayoutKV{}))::value);
   static constexpr int kSmemPElems = int(decltype(size(SmemLayoutP{}))::value);
-  // Q and dO (two stages each), K, V, P, dS
-  static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPElems) * int(sizeof(Element));
+  // Q and dO (kQStages each), K, V, P, dS
+  static constexpr int kSmemBytes =
+      (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPElems) * int(sizeof(Element));
 
   using SmemCopyAtom = typename Fwd::SmemCopyAtom;                      // ldmatrix
   using SmemCopyAtomTransposed = typename Fwd::SmemCopyAtomTransposed;  // ldmatrix.trans
   using SmemCopyAtomStore = typename Fwd::SmemCopyAtomO;                // registers -> smem
   using GmemTiledCopyQKV = typename Fwd::GmemTiledCopyQKV;              // cp.async, 16 B
+  // One pass of the 16-B copies covers kNThreads / (threads per row) rows: Q and K/V tiles must be
+  // whole passes (CuTe's partition would index past a smaller tile).
+  static constexpr int kGmemRowsPerPass = kNThreads / Fwd::kGmemThreadsPerRow;
+  static_assert(kBlockM % kGmemRowsPerPass == 0 && kBlockN % kGmemRowsPerPass == 0, "tile rows per copy pass");
   using GmemTiledCopyO = typename Fwd::GmemTiledCopyO;                  // 16-B stores
 };
 

@@ -48,9 +48,9 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, int kBudgetKB>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
-  return launch_bwd<BwdTraitsFor<kHeadDim, Element>>(params, stream);
+  return launch_bwd<BwdTraitsFor<kHeadDim, Element, kBudgetKB>>(params, stream);
 }
 
 }  // namespace flash

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "params.h"
+#include "smem_budget.h"
 
 namespace flash {
 
@@ -36,10 +37,21 @@ std::vector<DType> compiled_dtypes();
 // The smallest compiled head dim >= headdim, or -1 if there is none.
 int round_head_dim(int headdim);
 
-// Dynamic shared memory one sm80-family forward thread block needs for a compiled head dim (-1 if
-// not compiled). Compare with cudaDevAttrMaxSharedMemoryPerBlockOptin: sm86/sm89 allow 99 KB. (The
-// sm90 family runs on compute capability 9.0 only, which its tiles are sized for: 227 KB.)
+// The shared memory the dispatch may plan for on the current device: its
+// cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB sm90, 163 KB sm80, 99 KB sm86/sm89), capped by
+// params.smem_budget_kb when that is > 0. Below 227 KB the forward runs the sm80 family.
+int smem_budget_bytes(const FwdParams& params);
+
+// The sm80-family forward tile run_fwd launches for params on the current device (the head dim's
+// row for smem_budget_bytes(params), smem_budget.h); smem_bytes -1 when no tile fits or the head
+// dim is not compiled (run_fwd then launches nothing).
+KernelTile fwd_tile(const FwdParams& params);
+
+// Dynamic shared memory of the default (227 KB row) sm80-family forward tile of a compiled head
+// dim (-1 if not compiled). The C++ benchmarks report it; the dispatch uses fwd_tile.
 int fwd_shared_memory_bytes(int headdim_rounded);
+// ... and of its smallest (99 KB row) tile: below that budget the forward refuses.
+int fwd_smallest_shared_memory_bytes(int headdim_rounded);
 
 // Backward (only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main kernel, dQ
 // conversion on `stream`. The caller allocates the scratch buffers params.h describes, with
@@ -47,7 +59,11 @@ int fwd_shared_memory_bytes(int headdim_rounded);
 // bwd_varlen_scratch_rows(total_q, batch)), and zeroes dq_accum.
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
-int bwd_shared_memory_bytes(int headdim_rounded);
+int bwd_shared_memory_bytes(int headdim_rounded);           // the default (227 KB row) tile's
+int bwd_smallest_shared_memory_bytes(int headdim_rounded);  // the 99 KB row's
+// The backward tile run_bwd launches for params on the current device (as fwd_tile); the
+// deterministic dq_accum splits (bwd_dq_accum_splits) follow its block_n.
+KernelTile bwd_tile(const BwdParams& params);
 
 // How many dq_accum slices a backward call needs: 1 unless params.deterministic, else enough
 // thread blocks to fill num_sms SMs (at most one per K/V block). Set params.num_dq_splits to it

@@ -4,6 +4,7 @@
 // _DTYPES / _ARCHS. Declarations only: the kernels are compiled once, in instantiations/*.cu.
 #include <cutlass/numeric_types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -16,19 +17,78 @@
 
 namespace flash {
 
+// ---- shared-memory budget (smem_budget.h)
+
+// cudaDevAttrMaxSharedMemoryPerBlockOptin of the current device, cached per device (0 = not asked
+// yet): a driver call on every call otherwise. 0 on a CUDA error (nothing fits; the launch reports).
+static int current_device_smem_optin() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cache[kCachedDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) { return 0; }
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached) {
+    if (int known = cache[device].load(std::memory_order_relaxed)) { return known; }
+  }
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) { return 0; }
+  if (cached) { cache[device].store(optin, std::memory_order_relaxed); }
+  return optin;
+}
+
+int smem_budget_bytes(const FwdParams& params) {
+  const int optin = current_device_smem_optin();
+  return params.smem_budget_kb > 0 ? std::min(optin, params.smem_budget_kb * 1024) : optin;
+}
+
+// ---- the sm80 family
+
+// The head dim's row for the budget: the default tile, or the 163 / 99 KB one where it differs
+// (each its own instantiation). No row fits: cudaErrorInvalidConfiguration, nothing launched (the
+// binding refuses first, naming the GPU and its limit).
 template <typename Element, int kHeadDim>
-cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);  // instantiations/*.cu
+static cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream) {
+  switch (fwd_tile_under<kHeadDim>(smem_budget_bytes(params)).budget_kb) {
+    case 227:
+      return run_fwd_<Element, kHeadDim, 227>(params, stream);
+    case 163:
+      if constexpr (fwd_tile_is_own<kHeadDim, 163>()) { return run_fwd_<Element, kHeadDim, 163>(params, stream); }
+      break;
+    case 99:
+      if constexpr (fwd_tile_is_own<kHeadDim, 99>()) { return run_fwd_<Element, kHeadDim, 99>(params, stream); }
+      break;
+    default:
+      break;
+  }
+  return cudaErrorInvalidConfiguration;
+}
 
 template <typename Element>
 static cudaError_t run_fwd_dtype(const FwdParams& params, cudaStream_t stream) {
   switch (params.headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return run_fwd_<Element, D>(params, stream);
+    return run_fwd_hdim<Element, D>(params, stream);
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:
       return cudaErrorInvalidValue;
+  }
+}
+
+KernelTile fwd_tile(const FwdParams& params) {
+  const int budget = smem_budget_bytes(params);
+  switch (params.headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return fwd_tile_under<D>(budget);
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default: {
+      KernelTile none;
+      none.budget_bytes = budget;
+      return none;
+    }
   }
 }
 
@@ -93,10 +153,15 @@ static bool current_device_is_sm90() {
   return sm90;
 }
 
+// The sm90 family's tiles are sized for the whole 227 KB of compute capability 9.0 (sm90/fwd_traits.h
+// asserts <= 232448 B): a budget capped below it (FLASH_ATTN_CUDA_SMEM_BUDGET) runs the sm80 family.
+constexpr int kSm90SmemBudgetBytes = 227 * 1024;
+
 FwdFamily fwd_family(const FwdParams& params) {
   const bool wanted = params.family == FwdFamily::kSm90 || (kSm90ByDefault && params.family == FwdFamily::kAuto);
   const bool sm90 = wanted && sm90_compiled(params.dtype, params.headdim_rounded) &&
-                    current_device_is_sm90() && sm90::fwd_supports(params);
+                    current_device_is_sm90() && smem_budget_bytes(params) >= kSm90SmemBudgetBytes &&
+                    sm90::fwd_supports(params);
   return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;
 }
 
@@ -143,8 +208,19 @@ int fwd_shared_memory_bytes(int headdim_rounded) {
   switch (headdim_rounded) {
 #define FLASH_CASE(D)                                                                           \
   case D:                                                                                       \
-    return FwdTraits<D, FwdTileConfig<D>::kBlockM, FwdTileConfig<D>::kBlockN, FwdTileConfig<D>::kNWarps, \
-                     cutlass::half_t>::kSmemBytes;
+    return FwdTraitsFor<D, kDefaultBudgetKB>::kSmemBytes;
+    FLASH_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return -1;
+  }
+}
+
+int fwd_smallest_shared_memory_bytes(int headdim_rounded) {
+  switch (headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return FwdTraitsFor<D, 99>::kSmemBytes;
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:

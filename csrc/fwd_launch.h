@@ -32,12 +32,11 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// One instantiation per (element type, compiled head dim): csrc/instantiations/*.cu.
-template <typename Element, int kHeadDim>
+// Declared in fwd_tile_config.h; instantiated once per (element type, compiled head dim, budget
+// row with a tile of its own) in csrc/instantiations/*.cu.
+template <typename Element, int kHeadDim, int kBudgetKB>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
-  using Cfg = FwdTileConfig<kHeadDim>;
-  return launch_fwd<FwdTraits<kHeadDim, Cfg::kBlockM, Cfg::kBlockN, Cfg::kNWarps, Element, Cfg::kSplitMaskedLoop>>(
-      params, stream);
+  return launch_fwd<FwdTraitsFor<kHeadDim, kBudgetKB, Element>>(params, stream);
 }
 
 }  // namespace flash

@@ -1,6 +1,7 @@
-// Per-head-dim tile sizes of the forward kernel: one table, one row per compiled head dim.
+// Per-head-dim tile sizes of the forward kernel: one table, one row per (head dim, shared-memory
+// budget) where the budget needs its own tile (smem_budget.h: 227 KB default, 163 KB, 99 KB).
 //
-// Constraints: smem = (kBlockM + 2*kBlockN) * d * 2 B must fit 227 KB (sm90) / 163 KB (sm80);
+// Constraints: smem = (kBlockM + 2*kBlockN) * d * 2 B must fit the row's budget;
 // per-thread accumulators are kBlockM*d/threads (O) + kBlockM*kBlockN/threads (S) floats and
 // must stay under 255 registers with the MMA fragments, or the kernel spills.
 // kSplit: kSplitMaskedLoop of FwdTraits (masked blocks in their own loop, kernel_traits.h).
@@ -31,24 +32,90 @@
 //          64x64x4   split  287 / 297 | 249 / 295;   128x32x8 split 246 / 256 | 203 / 258
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "kernel_traits.h"
+#include "params.h"
+#include "smem_budget.h"
+
 namespace flash {
 
-template <int kHeadDim> struct FwdTileConfig;
+// FwdTileConfig<d, budget_kb>: the tile of head dim d under a shared-memory budget (smem_budget.h).
+// A budget without its own row inherits the next larger budget's tile.
+template <int kHeadDim, int kBudgetKB = kDefaultBudgetKB>
+struct FwdTileConfig : FwdTileConfig<kHeadDim, larger_budget_kb(kBudgetKB)> {};
 
-#define FLASH_FWD_TILE(D, BM, BN, WARPS, SPLIT)                                   \
-  template <> struct FwdTileConfig<D> {                                          \
-    static constexpr int kBlockM = BM, kBlockN = BN, kNWarps = WARPS;            \
-    static constexpr bool kSplitMaskedLoop = SPLIT;                              \
-  };
-//             d    kBlockM kBlockN warps kSplit
-FLASH_FWD_TILE(32,  128,    128,    4,    true)
-FLASH_FWD_TILE(64,  128,    64,     4,    true)
-FLASH_FWD_TILE(96,  128,    64,     4,    true)
-FLASH_FWD_TILE(128, 128,    64,     4,    false)
-FLASH_FWD_TILE(160, 128,    64,     8,    true)
-FLASH_FWD_TILE(192, 128,    64,     8,    true)
-FLASH_FWD_TILE(224, 128,    64,     8,    true)
-FLASH_FWD_TILE(256, 128,    64,     8,    true)
+template <int kHeadDim, int kBudgetKB, typename Element = cutlass::half_t>
+using FwdTraitsFor = FwdTraits<kHeadDim, FwdTileConfig<kHeadDim, kBudgetKB>::kBlockM,
+                               FwdTileConfig<kHeadDim, kBudgetKB>::kBlockN, FwdTileConfig<kHeadDim, kBudgetKB>::kNWarps,
+                               Element, FwdTileConfig<kHeadDim, kBudgetKB>::kSplitMaskedLoop>;
+
+// Whether budget_kb's row holds a tile of its own (else it inherits one: no extra instantiation).
+template <int kHeadDim, int kBudgetKB>
+constexpr bool fwd_tile_is_own() {
+  return kBudgetKB == kDefaultBudgetKB ||
+         !std::is_same_v<FwdTraitsFor<kHeadDim, kBudgetKB>, FwdTraitsFor<kHeadDim, larger_budget_kb(kBudgetKB)>>;
+}
+
+// Every row is checked where it is written: its tile divides its operands (FwdTraits' asserts),
+// fits its budget, and a smaller budget's row exists only because the larger row's tile does not
+// fit it (else the dispatch would never launch it).
+#define FLASH_FWD_TILE(D, KB, BM, BN, WARPS, SPLIT)                                                      \
+  template <> struct FwdTileConfig<D, KB> {                                                              \
+    static constexpr int kBlockM = BM, kBlockN = BN, kNWarps = WARPS;                                    \
+    static constexpr bool kSplitMaskedLoop = SPLIT;                                                      \
+  };                                                                                                     \
+  static_assert(FwdTraitsFor<D, KB>::kSmemBytes <= (KB) * 1024, "fwd tile exceeds its budget");         \
+  static_assert((KB) == kDefaultBudgetKB ||                                                              \
+                    FwdTraitsFor<D, larger_budget_kb(KB)>::kSmemBytes > (KB) * 1024,                     \
+                "fwd row never launched: the larger budget's tile fits");
+// Default tiles (227 KB; the measurements above). Shared memory (kBlockM + 2 kBlockN) * d * 2 B:
+// 24, 32, 48, 64, 80, 96, 112, 128 KB for d = 32 ... 256, so every head dim fits A100's 163 KB and
+// all up to d = 192 fit 99 KB.
+//             d    KB   kBlockM kBlockN warps kSplit
+FLASH_FWD_TILE(32,  227, 128,    128,    4,    true)
+FLASH_FWD_TILE(64,  227, 128,    64,     4,    true)
+FLASH_FWD_TILE(96,  227, 128,    64,     4,    true)
+FLASH_FWD_TILE(128, 227, 128,    64,     4,    false)
+FLASH_FWD_TILE(160, 227, 128,    64,     8,    true)
+FLASH_FWD_TILE(192, 227, 128,    64,     8,    true)
+FLASH_FWD_TILE(224, 227, 128,    64,     8,    true)
+FLASH_FWD_TILE(256, 227, 128,    64,     8,    true)
+// 99 KB (sm86/sm89): d = 224, 256 halve kBlockM: 84 / 96 KB. 64x64x4 split was the runner-up
+// at both on the H200 (280 / 283 and 287 / 297 TFLOP/s non-causal, within 2-7 % of the default
+// tile; FA2 makes the same choice for sm86/sm89). Prediction; benchmarks/NOTES.md ("Tiles for
+// 163 KB and 99 KB") has the measurement under FLASH_ATTN_CUDA_SMEM_BUDGET=99.
+FLASH_FWD_TILE(224, 99,  64,     64,     4,    true)
+FLASH_FWD_TILE(256, 99,  64,     64,     4,    true)
 #undef FLASH_FWD_TILE
+
+// The tile of head dim kHeadDim the dispatch launches under budget_bytes (budget_kb 0: none fits).
+template <int kHeadDim>
+KernelTile fwd_tile_under(int budget_bytes) {
+  auto smem_of = [](int kb) {
+    return kb == 227 ? FwdTraitsFor<kHeadDim, 227>::kSmemBytes
+         : kb == 163 ? FwdTraitsFor<kHeadDim, 163>::kSmemBytes
+                     : FwdTraitsFor<kHeadDim, 99>::kSmemBytes;
+  };
+  KernelTile tile;
+  tile.budget_bytes = budget_bytes;
+  tile.budget_kb = pick_budget_kb(budget_bytes, smem_of);
+  auto fill = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    tile.block_m = Cfg::kBlockM, tile.block_n = Cfg::kBlockN, tile.warps = Cfg::kNWarps;
+  };
+  if (tile.budget_kb == 227) { fill(FwdTileConfig<kHeadDim, 227>{}); }
+  if (tile.budget_kb == 163) { fill(FwdTileConfig<kHeadDim, 163>{}); }
+  if (tile.budget_kb == 99) { fill(FwdTileConfig<kHeadDim, 99>{}); }
+  if (tile.budget_kb != 0) { tile.smem_bytes = smem_of(tile.budget_kb); }
+  return tile;
+}
+
+// One instantiation per (element type, compiled head dim, budget row with a tile of its own):
+// csrc/instantiations/fwd_hdim<d>_<dtype>[_smem<KB>].cu (tools/gen_instantiations.py SMEM_TILES).
+template <typename Element, int kHeadDim, int kBudgetKB = kDefaultBudgetKB>
+cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);
 
 }  // namespace flash

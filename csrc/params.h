@@ -83,6 +83,10 @@ struct FwdParams {
 
   DType dtype = DType::kBFloat16;
   FwdFamily family = FwdFamily::kAuto;
+  // Cap on the shared memory per thread block the dispatch may plan for, in KB (0: none). The
+  // tiles come from the GPU's opt-in limit (smem_budget.h) lowered to this cap; the binding sets it
+  // from FLASH_ATTN_CUDA_SMEM_BUDGET, a testing knob that runs the 163 / 99 KB tiles on an H200.
+  int smem_budget_kb = 0;
 };
 
 // Whether the options need the kMods instantiation (fwd_kernel.h, bwd_kernel.h): softcap, ALiBi,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -80,6 +80,41 @@ def last_fwd_family() -> str:
     for decode-like shapes), "none" (empty inputs, no kernel), "" before any. For tests and benchmarks."""
     require_extension()
     return _ops.last_fwd_family()
+
+
+class Tile(NamedTuple):
+    """An sm80-family tile as the dispatch launched it (csrc/smem_budget.h KernelTile)."""
+    block_m: int
+    block_n: int
+    warps: int
+    q_stages: int     # backward: Q/dO buffers (the forward reports 1)
+    smem_bytes: int   # dynamic shared memory per thread block
+    budget_kb: int    # the tile table's row: 227 (default), 163 (A100) or 99 (sm86/sm89)
+
+
+def _tile(values) -> Tile | None:
+    return Tile(*values) if len(values) == 6 else None
+
+
+def last_fwd_tile() -> Tile | None:
+    """The sm80-family tile this thread's last forward call launched; None when no sm80-family
+    kernel ran (the sm90 family, the decode kernel, empty inputs). For tests and benchmarks."""
+    require_extension()
+    return _tile(_ops.last_fwd_tile())
+
+
+def last_bwd_tile() -> Tile | None:
+    """The tile this thread's last backward call launched; None when it launched none (empty inputs)."""
+    require_extension()
+    return _tile(_ops.last_bwd_tile())
+
+
+def smem_budget_setting() -> int:
+    """FLASH_ATTN_CUDA_SMEM_BUDGET as the calls read it (KB; 0 when unset): a cap on the shared memory
+    per block the tile tables may plan for, to run the A100 (163) / sm86-sm89 (99) tiles on any GPU.
+    Raises RuntimeError on a value that is not a positive integer, as the calls would."""
+    require_extension()
+    return int(_ops.smem_budget_setting())
 
 
 def family_setting() -> str:

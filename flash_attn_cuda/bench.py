@@ -48,9 +48,14 @@ import torch
 import torch.nn.functional as F
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
-         "flash_attn_cuda_sm90")
+         "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99")
 # flash_attn_cuda_sm80 / _sm90: ours with the forward family forced (FLASH_ATTN_CUDA_FAMILY around each
 # call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
+# flash_attn_cuda_smem163 / _smem99: ours under FLASH_ATTN_CUDA_SMEM_BUDGET=163 / 99 around every timed
+# call (forward and backward): the tiles A100 / sm86-sm89 run, timed on this GPU as a stand-in.
+# Asked for by name (--impls); the default list leaves them out.
+SMEM_IMPLS = {"flash_attn_cuda_smem163": "163", "flash_attn_cuda_smem99": "99"}  # impl -> budget (KB)
+DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS)
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPE_COLUMNS = ["impl", "dtype", "hdim", "seqlen", "causal", "batch", "nheads"]
@@ -134,6 +139,8 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
         return lambda q, k, v: attention(q, k, v, causal=causal)
     if impl in FAMILY_IMPLS:
         return forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal))
+    if impl in SMEM_IMPLS:  # the budget wraps every timed call (make_fwd / make_bwd): the backward too
+        return attention_fn("flash_attn_cuda", causal)
     return sdpa_fn(impl, causal)
 
 
@@ -141,22 +148,32 @@ FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90"} 
 
 
 def is_ours(impl: str) -> bool:
-    return impl == "flash_attn_cuda" or impl in FAMILY_IMPLS
+    return impl == "flash_attn_cuda" or impl in FAMILY_IMPLS or impl in SMEM_IMPLS
 
 
-def forced_family(family: str, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """fn with FLASH_ATTN_CUDA_FAMILY=family while it runs (the binding reads it on every forward call)."""
+def with_env(name: str, value: str, fn: Callable) -> Callable:
+    """fn with environment variable name=value while it runs (the binding reads its knobs on every call)."""
     def run(*args):
-        old = os.environ.get("FLASH_ATTN_CUDA_FAMILY")
-        os.environ["FLASH_ATTN_CUDA_FAMILY"] = family
+        old = os.environ.get(name)
+        os.environ[name] = value
         try:
             return fn(*args)
         finally:
             if old is None:
-                del os.environ["FLASH_ATTN_CUDA_FAMILY"]
+                del os.environ[name]
             else:
-                os.environ["FLASH_ATTN_CUDA_FAMILY"] = old
+                os.environ[name] = old
     return run
+
+
+def forced_family(family: str, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """fn with FLASH_ATTN_CUDA_FAMILY=family while it runs (the binding reads it on every forward call)."""
+    return with_env("FLASH_ATTN_CUDA_FAMILY", family, fn)
+
+
+def under_budget(impl: str, fn: Callable) -> Callable:
+    """fn under impl's FLASH_ATTN_CUDA_SMEM_BUDGET (SMEM_IMPLS); fn itself for every other impl."""
+    return with_env("FLASH_ATTN_CUDA_SMEM_BUDGET", SMEM_IMPLS[impl], fn) if impl in SMEM_IMPLS else fn
 
 
 def to_native(impl: str, inputs: List[tuple]) -> List[tuple]:
@@ -172,7 +189,7 @@ def make_fwd(impl: str, inputs: List[tuple], causal: bool,
     """A callable running one forward of impl on inputs[i] = (q, k, v), each (batch, seqlen, nheads, d);
     attn: what to run in impl's layout instead of attention_fn(impl, causal)."""
     attn, native = attn or attention_fn(impl, causal), to_native(impl, inputs)
-    return lambda i: attn(*native[i])
+    return under_budget(impl, lambda i: attn(*native[i]))
 
 
 def make_bwd(impl: str, inputs: List[tuple], causal: bool,
@@ -184,10 +201,11 @@ def make_bwd(impl: str, inputs: List[tuple], causal: bool,
     attn, native = attn or attention_fn(impl, causal), to_native(impl, inputs)
     leaves = [tuple(t.requires_grad_() for t in ts[:3]) for ts in native]
     douts = [ts[3] for ts in native]
-    outs = [attn(*qkv) for qkv in leaves]
-    return {"fwd": lambda i: attn(*leaves[i]),
-            "bwd": lambda i: torch.autograd.grad(outs[i], leaves[i], douts[i], retain_graph=True),
-            "fwdbwd": lambda i: torch.autograd.grad(attn(*leaves[i]), leaves[i], douts[i])}
+    outs = [under_budget(impl, attn)(*qkv) for qkv in leaves]
+    fns = {"fwd": lambda i: attn(*leaves[i]),
+           "bwd": lambda i: torch.autograd.grad(outs[i], leaves[i], douts[i], retain_graph=True),
+           "fwdbwd": lambda i: torch.autograd.grad(attn(*leaves[i]), leaves[i], douts[i])}
+    return {name: under_budget(impl, fn) for name, fn in fns.items()}
 
 
 def _check_backward(impl: str) -> None:
@@ -541,7 +559,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--seqlens", help=f"default {GRID_SEQLENS}; --memory: {MEMORY_SEQLEN}")
     p.add_argument("--causal", default="both", choices=["both", "0", "1"], help="--memory: both means 0")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    p.add_argument("--impls", default=",".join(IMPLS), help=f"subset of {','.join(IMPLS)}")
+    p.add_argument("--impls", default=",".join(DEFAULT_IMPLS),
+                   help=f"subset of {','.join(IMPLS)} (default: all but {','.join(SMEM_IMPLS)})")
     p.add_argument("--tokens", type=int, default=16384, help="batch * seqlen (default 16k)")
     p.add_argument("--hidden", type=int, default=2048, help="nheads * headdim (default 2048)")
     p.add_argument("--out", metavar="DIR", help="write NAME_fwd.csv, NAME_bwd.csv, NAME.md, NAME_*.png here")

@@ -164,8 +164,17 @@ def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
     gen_instantiations.generate(tmp_path, (64,), ("fp16",))
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["fwd_hdim64_fp16.cu"]
     gen_instantiations.generate(tmp_path, (64,), ("fp16",), ("fwd", "bwd"))
-    assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["bwd_hdim64_fp16.cu", "fwd_hdim64_fp16.cu"]
+    # the backward's 99 KB row (sm86/sm89) has a tile of its own at d = 64: one extra file
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["bwd_hdim64_fp16.cu", "bwd_hdim64_fp16_smem99.cu",
+                                                              "fwd_hdim64_fp16.cu"]
     assert "run_bwd_<cutlass::half_t, 64>(const flash::BwdParams&" in (tmp_path / "bwd_hdim64_fp16.cu").read_text()
+    assert "run_bwd_<cutlass::half_t, 64, 99>(const flash::BwdParams&" in \
+        (tmp_path / "bwd_hdim64_fp16_smem99.cu").read_text()
+    # d = 256: the forward's 99 KB row, the backward's 163 and 99 KB rows
+    gen_instantiations.generate(tmp_path, (256,), ("bf16",), ("fwd", "bwd"))
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == [
+        "bwd_hdim256_bf16.cu", "bwd_hdim256_bf16_smem163.cu", "bwd_hdim256_bf16_smem99.cu",
+        "fwd_hdim256_bf16.cu", "fwd_hdim256_bf16_smem99.cu"]
 
 
 def test_generator_sm90_rows(tmp_path):
@@ -175,7 +184,8 @@ def test_generator_sm90_rows(tmp_path):
     files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80", "sm90"))
     sm90 = sorted(pathlib.Path(f).name for f in files if pathlib.Path(f).name.startswith("sm90_"))
     assert sm90 == sorted(f"sm90_fwd_hdim{d}_{t}.cu" for d in (64, 128, 256) for t in dtypes)
-    assert len(files) == 2 * len(hdims) * len(dtypes) + len(sm90)  # sm80 fwd + bwd unchanged
+    extra = sum(len(gen_instantiations.SMEM_TILES.get((direction, d), ())) for direction in ("fwd", "bwd") for d in hdims)
+    assert len(files) == (2 * len(hdims) + extra) * len(dtypes) + len(sm90)  # sm80 fwd + bwd unchanged
     text = (tmp_path / "sm90_fwd_hdim128_bf16.cu").read_text()
     assert '#include "../sm90/fwd_launch.h"' in text
     assert "template cudaError_t flash::sm90::run_fwd_<cutlass::bfloat16_t, 128>(const flash::FwdParams&, cudaStream_t);" \

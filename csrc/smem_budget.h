@@ -1,0 +1,44 @@
+// Shared-memory budgets: the keys of the forward and backward tile tables (fwd_tile_config.h,
+// bwd_tile_config.h), and what the dispatch reports about the tile it picked. Host-only, no CuTe.
+//
+// The sm80-family kernels are the same SASS on 8.0, 8.6, 8.9 and 9.0; what differs between those
+// GPUs is the dynamic shared memory one thread block may opt in to
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin):
+//   227 KB  sm90 (H100, H200): the default tiles, tuned on the H200
+//   163 KB  sm80 (A100, A30)
+//    99 KB  sm86 / sm89 (RTX 30xx / 40xx, A10, A40, L4, L40)
+// Each table has one row per head dim at 227 KB and, where that tile does not fit a smaller
+// budget, a row for it. The dispatch launches the first row, largest budget first, whose tile fits
+// the budget it has (pick_budget_kb): the GPU's opt-in limit, capped by
+// FLASH_ATTN_CUDA_SMEM_BUDGET (KB; a testing knob that lets the H200 run the small tiles).
+#pragma once
+
+namespace flash {
+
+// Table keys in KB, largest first (the order the dispatch tries them in).
+inline constexpr int kSmemBudgetsKB[] = {227, 163, 99};
+inline constexpr int kDefaultBudgetKB = 227;
+
+// The key a row inherits its tile from when the table has none for this budget.
+constexpr int larger_budget_kb(int budget_kb) { return budget_kb <= 99 ? 163 : 227; }
+
+// The tile a direction's dispatch picked (or would pick) for one call; smem_bytes < 0 and
+// budget_kb == 0: no tile of the table fits the budget (or the head dim is not compiled).
+struct KernelTile {
+  int block_m = -1, block_n = -1, warps = -1;
+  int q_stages = 1;       // backward: Q/dO buffers (2 = the next Q block loads under this one's MMAs)
+  int smem_bytes = -1;    // dynamic shared memory per thread block
+  int budget_kb = 0;      // the table row that holds this tile
+  int budget_bytes = 0;   // the budget it was picked under
+};
+
+// The first key, largest first, whose tile (smem_of(key) bytes) fits budget_bytes; 0 if none.
+template <typename SmemOf>
+constexpr int pick_budget_kb(int budget_bytes, SmemOf smem_of) {
+  for (int kb : kSmemBudgetsKB) {
+    if (smem_of(kb) <= budget_bytes) { return kb; }
+  }
+  return 0;
+}
+
+}  // namespace flash
