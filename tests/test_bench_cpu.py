@@ -232,3 +232,34 @@ def test_forced_family_sets_the_variable_only_during_the_call(monkeypatch):
     assert seen[-1] == "sm80" and "FLASH_ATTN_CUDA_FAMILY" not in os.environ
     assert bench.is_ours("flash_attn_cuda_sm80") and "flash_attn_cuda_sm80" in bench.IMPLS
     assert not bench.is_ours("sdpa_flash")
+
+
+def test_smem_impls_set_the_budget_around_every_timed_call(monkeypatch):
+    """flash_attn_cuda_smem163 / _smem99: FLASH_ATTN_CUDA_SMEM_BUDGET during the forward, the backward
+    alone and fwd+bwd (the backward reads it too), unset again afterwards; not in the default list."""
+    from flash_attn_cuda import bench
+    monkeypatch.delenv("FLASH_ATTN_CUDA_SMEM_BUDGET", raising=False)
+    seen = []
+
+    def attn(q, k, v):
+        seen.append(os.environ.get("FLASH_ATTN_CUDA_SMEM_BUDGET"))
+        return (q * k * v).sum()
+
+    def record_grad(out, leaves, dout, retain_graph=False):
+        seen.append(os.environ.get("FLASH_ATTN_CUDA_SMEM_BUDGET"))
+        return leaves
+
+    monkeypatch.setattr(bench.torch.autograd, "grad", record_grad)
+    inputs = [tuple(torch.ones(2) for _ in range(4))]
+    for impl, kb in (("flash_attn_cuda_smem163", "163"), ("flash_attn_cuda_smem99", "99")):
+        assert bench.is_ours(impl) and impl in bench.IMPLS and impl not in bench.DEFAULT_IMPLS
+        seen.clear()
+        bench.make_fwd(impl, [t[:3] for t in inputs], False, attn=attn)(0)
+        fns = bench.make_bwd(impl, inputs, False, attn=attn)
+        for name in ("fwd", "bwd", "fwdbwd"):
+            fns[name](0)
+        assert seen and all(v == kb for v in seen), seen
+        assert "FLASH_ATTN_CUDA_SMEM_BUDGET" not in os.environ
+    seen.clear()
+    bench.make_fwd("flash_attn_cuda", [t[:3] for t in inputs], False, attn=attn)(0)
+    assert seen == [None]
