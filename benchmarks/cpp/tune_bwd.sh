@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tile sweep for the backward kernel: builds bench_bwd once per config
-# D:BMxBNxWARPSxSDPxDKVxDQ (BwdTraits<D, BM, BN, WARPS, SdP/dKV/dQ warp rows>) from a private
+# D:BMxBNxWARPSxSDPxDKVxDQ[xSTAGES] (BwdTraits<D, BM, BN, WARPS, SdP/dKV/dQ warp rows, Q/dO stages,
+# default 2>) replacing the default (227 KB) rows of csrc/bwd_tile_config.h, from a private
 # copy of csrc/ with -DFLASH_BWD_TUNE_*, in parallel; then checks each against the reference at
 # one ragged causal size and times it at seqlen 2k/8k (16k tokens, hidden 2048), causal and not.
 #
@@ -13,8 +14,8 @@ CUTLASS_INC=$(python3 third_party/find_cutlass.py)
 arch=${FLASH_ATTN_CUDA_ARCHS:-90}
 build_one() {
   local cfg=$1 hdim=${1%%:*} tile=${1#*:}
-  local bm bn w sdp dkv dq
-  IFS=x read -r bm bn w sdp dkv dq <<< "$tile"
+  local bm bn w sdp dkv dq st
+  IFS=x read -r bm bn w sdp dkv dq st <<< "$tile"
   local dir="$out/src_h${hdim}_${tile}"
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc" && rm -rf "$dir/csrc/instantiations"
   FLASH_ATTN_CUDA_BACKWARD=1 python3 tools/gen_instantiations.py --hdims "$hdim" --dtypes bf16 \
@@ -22,7 +23,7 @@ build_one() {
   ${NVCC:-/usr/local/cuda/bin/nvcc} -O3 -std=c++20 -DNDEBUG --use_fast_math --expt-relaxed-constexpr \
     -gencode=arch=compute_${arch},code=sm_${arch} -I"$dir/csrc" -I"$CUTLASS_INC" -Xptxas -v \
     -DFLASH_ATTN_CUDA_BACKWARD -DFLASH_BWD_TUNE_BM=$bm -DFLASH_BWD_TUNE_BN=$bn -DFLASH_BWD_TUNE_WARPS=$w \
-    -DFLASH_BWD_TUNE_SDP=$sdp -DFLASH_BWD_TUNE_DKV=$dkv -DFLASH_BWD_TUNE_DQ=$dq \
+    -DFLASH_BWD_TUNE_SDP=$sdp -DFLASH_BWD_TUNE_DKV=$dkv -DFLASH_BWD_TUNE_DQ=$dq -DFLASH_BWD_TUNE_STAGES=${st:-2} \
     benchmarks/cpp/bench_bwd.cu "$dir/csrc/fwd_dispatch.cu" "$dir/csrc/bwd_dispatch.cu" "$dir"/csrc/instantiations/*.cu \
     -o "$out/bench_h${hdim}_${tile}" > "$out/build_h${hdim}_${tile}.log" 2>&1 \
     && echo "$cfg: $(awk '/Function properties for .*bwd_kernel/{getline a; getline b; print a b}' \
