@@ -149,3 +149,20 @@ def test_own_rows_are_the_extra_instantiations(table):
         larger = rows[(direction, d, 227 if kb == 163 else 163)]
         same = all(t[k] == larger[k] for k in ("bm", "bn", "warps", "stages", "sdp", "dkv", "dq"))
         assert same != t["own"], (direction, d, kb)
+
+
+@pytest.mark.extension
+def test_knob_parsing_as_the_calls_read_it(monkeypatch):
+    """FLASH_ATTN_CUDA_SMEM_BUDGET through the built extension (no GPU needed): KB, 0 when unset or
+    empty, one RuntimeError naming the variable for anything but a positive integer."""
+    from flash_attn_cuda import _ops
+    knob = "FLASH_ATTN_CUDA_SMEM_BUDGET"
+    monkeypatch.delenv(knob, raising=False)
+    assert _ops.smem_budget_setting() == 0
+    for value, kb in (("163", 163), (" 99 ", 99), ("", 0)):
+        monkeypatch.setenv(knob, value)
+        assert _ops.smem_budget_setting() == kb
+    for bad in ("0", "-5", "abc", "99KB", "1e3", "12345678"):
+        monkeypatch.setenv(knob, bad)
+        with pytest.raises(RuntimeError, match=knob):
+            _ops.smem_budget_setting()
