@@ -4,6 +4,7 @@
 # the SDPA model-block benchmark (SDPA_BENCH=1) and the grid benchmark ($BENCH_ARGS, default: forward,
 # d=64/128/256, seqlen 1k/4k/16k, both families vs SDPA flash and cuDNN) into $OUT/res.tgz.
 #   TESTS="tests/test_attention_gpu.py" FA2_SUITE=1 SDPA_BENCH=1 scripts/final_check.sh
+#   BENCH2_ARGS="--dropout 0.1 --prefix h200_dropout ..." adds a second grid benchmark.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}; export OUT
 SKIP_TESTS=1 SKIP_BENCH=1 FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=${HDIMS:-64,128,256} \
@@ -27,5 +28,10 @@ timeout ${BENCH_TIMEOUT:-150} python3 -m flash_attn_cuda.bench ${BENCH_ARGS:---d
   --seqlens 1024,4096,16384 --impls flash_attn_cuda,flash_attn_cuda_sm90,sdpa_flash,sdpa_cudnn} \
   --out "$OUT/res" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; grep -E "^(\||#)" "$OUT/bench.log"
+# A second grid benchmark (e.g. other impls or --dropout) under its own file prefix.
+if [ -n "${BENCH2_ARGS:-}" ]; then
+  timeout ${BENCH2_TIMEOUT:-150} python3 -m flash_attn_cuda.bench ${BENCH2_ARGS} --out "$OUT/res" > "$OUT/bench2.log" 2>&1
+  echo "bench2 rc=$?"; grep -E "^(\||#)" "$OUT/bench2.log"
+fi
 # the results as one file ($OUT brings back 8 files at most)
 tar -czf "$OUT/res.tgz" -C "$OUT" res && rm -rf "$OUT/res"
