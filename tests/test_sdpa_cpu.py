@@ -68,16 +68,22 @@ def test_impls_take_this_pytorchs_schema(op):
 
 
 def _stand_ins(calls):
-    def fwd(q, k, v, scale, causal, deterministic, left, right, softcap, alibi):
+    def rng_state(dropout_p):  # the fwd ops' third output: int64 (2,) (seed, offset) with dropout, else (0,)
+        return torch.tensor([7, 8] if dropout_p > 0 else [], dtype=torch.int64)
+
+    def fwd(q, k, v, scale, causal, deterministic, left, right, softcap, alibi, dropout_p=0.0):
         calls.append(("fwd", q.shape, k.shape, scale, causal, left, right, alibi))
-        return q.contiguous() * 2, torch.zeros(q.shape[0], q.shape[2], q.shape[1])
+        return q.contiguous() * 2, torch.zeros(q.shape[0], q.shape[2], q.shape[1]), rng_state(dropout_p)
 
-    def fwd_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, deterministic, left, right, softcap, alibi):
+    def fwd_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, deterministic, left, right, softcap, alibi,
+                   dropout_p=0.0):
         calls.append(("fwd_varlen", max_q, max_k, left, right))
-        return q * 2, torch.zeros(q.shape[1], q.shape[0])
+        return q * 2, torch.zeros(q.shape[1], q.shape[0]), rng_state(dropout_p)
 
-    def bwd(dout, q, k, v, out, lse, scale, causal, deterministic, left, right, softcap, alibi):
-        calls.append(("bwd", dout.shape, scale, causal, left, right))
+    def bwd(dout, q, k, v, out, lse, scale, causal, deterministic, left, right, softcap, alibi, dropout_p=0.0,
+            rng=None):
+        calls.append(("bwd", dout.shape, scale, causal, left, right, dropout_p,
+                      None if rng is None else (rng.dtype, rng.tolist())))
         return dout.contiguous(), k.contiguous() + 1, v.contiguous() + 2
 
     return types.SimpleNamespace(fwd=fwd, fwd_varlen=fwd_varlen, bwd=bwd)
@@ -127,7 +133,7 @@ def test_flash_attention_forward_varlen_and_window(monkeypatch):
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda q: sdpa.sdpa_flash_forward(q, q, q, 0.1), "dropout_p=0.1"),
+    (lambda q: sdpa.sdpa_flash_forward(q, q, q, 1.0), r"dropout_p=1.0 \(must be in \[0, 1\)\)"),
     (lambda q: sdpa.sdpa_flash_forward(q, q, q, 0.0, False, True), "return_debug_mask"),
     (lambda q: sdpa.sdpa_flash_forward(q.float(), q.float(), q.float()), "dtype torch.float32"),
     (lambda q: sdpa.flash_attention_forward(q, q, q, None, None, 4, 4, 0.0, False, False,

@@ -218,13 +218,16 @@ def test_flash_attn_positional_order_and_unimplemented_args(fake):
     q, k = t(2, 64, 4, HDIM), t(2, 48, 4, HDIM)
     out = attention(q, k, k, 0.0, 0.25, True)  # flash_attn_func(q, k, v, dropout_p, softmax_scale, causal)
     assert out.shape == q.shape
-    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
-        attention(q, k, k, 0.1)
-    with pytest.raises(ValueError, match="return_lse=True"):
-        attention(q, k, k, return_attn_probs=True)
+    for bad in (-0.1, 1.0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+            attention(q, k, k, bad)
+    with pytest.raises(TypeError, match="dropout_p must be a float"):
+        attention(q, k, k, "0.1")
+    with pytest.raises(TypeError, match="return_attn_probs must be a bool"):
+        attention(q, k, k, return_attn_probs=1)
     cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
-        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, 0.5)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, -0.5)
 
 
 def test_missing_extension_is_one_clear_error(monkeypatch):
