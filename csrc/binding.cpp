@@ -74,8 +74,8 @@ float checked_scale(double softmax_scale) {
 // cudaErrorNotSupported: the options need the feature kernels (fwd_launch.h); cudaErrorInvalidValue:
 // sizes/options outside params_supported, or no kernel for this dtype and head dim.
 void check_launch(cudaError_t err, const flash::FwdParams& p, const char* what) {
-  TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes "
-              "and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
+  TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes, "
+              "dropout and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
               "rebuild without that flag");
   TORCH_CHECK(err != cudaErrorInvalidValue || flash::params_supported(p), "flash_attn_cuda: the ", what,
               " kernels do not support these sizes or options (softmax_scale ", num(double(p.softmax_scale)),
@@ -324,7 +324,8 @@ flash::PhiloxState philox_for_call(const at::Tensor& q, int64_t batch, int64_t n
 // without dropout. Calls that launch no kernel (empty inputs) write it here when the values are
 // on the host (outside graph capture); their backward reads no mask anyway.
 at::Tensor make_rng_state(const at::Tensor& q, double dropout_p) {
-  return at::empty({dropout_p > 0.0 ? 2 : 0}, q.options().dtype(at::kLong));
+  // the float32 p the kernels use decides (fill_dropout), so a p that rounds to 0 has no state
+  return at::empty({static_cast<float>(dropout_p) > 0.f ? 2 : 0}, q.options().dtype(at::kLong));
 }
 void set_forward_rng(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& rng_state) {
   if (p.dropout_p == 0.f) { return; }

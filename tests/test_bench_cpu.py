@@ -232,3 +232,16 @@ def test_forced_family_sets_the_variable_only_during_the_call(monkeypatch):
     assert seen[-1] == "sm80" and "FLASH_ATTN_CUDA_FAMILY" not in os.environ
     assert bench.is_ours("flash_attn_cuda_sm80") and "flash_attn_cuda_sm80" in bench.IMPLS
     assert not bench.is_ours("sdpa_flash")
+
+
+def test_dropout_option_is_checked_and_reaches_both_sides(monkeypatch):
+    import flash_attn_cuda.bench as bench
+    assert bench.parse_args(["--dropout", "0.1"]).dropout == 0.1 and bench.parse_args([]).dropout == 0.0
+    for bad in ("1.0", "-0.1", "nan"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--dropout", bad])
+    seen = []
+    monkeypatch.setattr(bench, "DROPOUT_P", 0.25)
+    monkeypatch.setattr(bench.F, "scaled_dot_product_attention", lambda *a, **kw: seen.append(kw["dropout_p"]))
+    bench.sdpa_fn("sdpa_flash", False)(None, None, None)
+    assert seen == [0.25]
