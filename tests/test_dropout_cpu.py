@@ -77,35 +77,53 @@ int main() {
 """
 
 
-def test_cpp_header_matches_the_reference(tmp_path):
-    """csrc/philox.h compiled for the host (the kernels' code path is the same template code)."""
+def _host_program(tmp_path):
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no host C++ compiler")
     src = tmp_path / "philox_check.cpp"
     src.write_text(_HOST_PROGRAM)
     exe = tmp_path / "philox_check"
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(src), "-o", str(exe)], check=True)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(src), "-o", str(exe)], check=True, timeout=120)
+    return exe
+
+
+def _run_host(exe, cases):
+    """cases: (seed, offset, p, nheads, b, h, row, col) -> [(four Philox words, keep)] from csrc/philox.h."""
+    text = "".join(f"{s} {o} {dropout_threshold(p)} {nh} {b} {h} {r} {c}\n" for s, o, p, nh, b, h, r, c in cases)
+    lines = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True,
+                           timeout=120).stdout.splitlines()
+    assert len(lines) == len(cases)
+    return [([int(x) for x in line.split()[:4]], bool(int(line.split()[4]))) for line in lines]
+
+
+def test_cpp_header_matches_the_reference(tmp_path):
+    """csrc/philox.h compiled for the host (the kernels evaluate the same functions): Philox words
+    at random large coordinates, and every element of a small grid against dropout_keep_mask."""
+    exe = _host_program(tmp_path)
     g = torch.Generator().manual_seed(0)
     cases = []
     for _ in range(64):
         seed = int(torch.randint(0, 1 << 62, (1,), generator=g)) * 3
-        offset = int(torch.randint(0, 1 << 40, (1,), generator=g)) * 4
+        offset = int(torch.randint(0, 1 << 40, (1,), generator=g)) * 4 + (1 << 32) - 8
         b, h = int(torch.randint(0, 3, (1,), generator=g)), int(torch.randint(0, 5, (1,), generator=g))
-        row, col = int(torch.randint(0, 5000, (1,), generator=g)), int(torch.randint(0, 5000, (1,), generator=g))
+        row, col = int(torch.randint(0, 1 << 20, (1,), generator=g)), int(torch.randint(0, 1 << 20, (1,), generator=g))
         cases.append((seed, offset, 0.37, 5, b, h, row, col))
-    text = "".join(f"{s} {o} {dropout_threshold(p)} {nh} {b} {h} {r} {c}\n" for s, o, p, nh, b, h, r, c in cases)
-    lines = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(lines) == len(cases)
-    for (seed, offset, p, nheads, b, h, row, col), line in zip(cases, lines):
-        *words, keep = (int(x) for x in line.split())
-        mask = dropout_keep_mask(seed, offset, b + 1, nheads, row + 1, col + 1, p)
-        assert bool(keep) == bool(mask[b, h, row, col]), (seed, offset, b, h, row, col)
+    for (seed, offset, p, nheads, b, h, row, col), (words, keep) in zip(cases, _run_host(exe, cases)):
         base = offset + b * nheads + h
         lane = (row % 8) * 4 + (col % 8) // 2
-        ref = philox4x32_10((col // 64) * 4 + (col // 8) % 4, (row // 16) * 32 + lane, base & M, base >> 32,
-                            seed & M, seed >> 32)
-        assert words == [int(x) for x in ref]
+        ref = [int(x) for x in philox4x32_10((col // 64) * 4 + (col // 8) % 4, (row // 16) * 32 + lane, base & M,
+                                             base >> 32, seed & M, seed >> 32)]
+        assert words == ref, (seed, offset, b, h, row, col)
+        slot = ((row // 8) % 2) * 4 + ((col // 32) % 2) * 2 + col % 2
+        u16 = (ref[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
+        assert keep == (u16 < dropout_threshold(p))
+    # every element of a small grid (two chunks down, three across, ragged)
+    seed, offset, p, batch, nheads, rows, cols = 987654321987, 40, 0.45, 2, 3, 40, 150
+    grid = [(seed, offset, p, nheads, b, h, r, c) for b in range(batch) for h in range(nheads)
+            for r in range(rows) for c in range(cols)]
+    keeps = torch.tensor([k for _, k in _run_host(exe, grid)]).view(batch, nheads, rows, cols)
+    assert torch.equal(keeps, dropout_keep_mask(seed, offset, batch, nheads, rows, cols, p))
 
 
 needs_extension = pytest.mark.skipif(not flash_attn_cuda._ops.HAS_EXTENSION, reason="extension not built")
