@@ -116,7 +116,26 @@ def test_sdpa_backward_transposes(monkeypatch):
     dq, dk, dv = sdpa.sdpa_flash_backward(g, q, k, k, q, torch.zeros(2, 4, 10), None, None, 10, 12, 0.0, False,
                                           None, None, scale=0.5)
     assert torch.equal(dq, g) and torch.equal(dk, k + 1) and torch.equal(dv, k + 2)
-    assert calls == [("bwd", (2, 10, 4, 8), 0.5, False, -1, -1)]
+    assert calls == [("bwd", (2, 10, 4, 8), 0.5, False, -1, -1, 0.0, None)]
+
+
+def test_sdpa_dropout_rng_state_contract(monkeypatch):
+    """Dropout: the forward's rng_state output is our fwd op's int64 (seed, offset) as (2,) uint64
+    (PyTorch's flash layout), and the backward hands it back to our bwd op as int64."""
+    calls = []
+    monkeypatch.setattr(sdpa, "_ops", _stand_ins(calls))
+    q = torch.randn(2, 4, 10, 8, dtype=BF16)
+    result = sdpa.sdpa_flash_forward(q, q, q, 0.3)
+    rng_state, unused = result[6], result[7]
+    assert rng_state.dtype == torch.uint64 and rng_state.shape == (2,) and unused.shape == ()
+    assert rng_state.view(torch.int64).tolist() == [7, 8]
+    sdpa.sdpa_flash_backward(q, q, q, q, q, torch.zeros(2, 4, 10), None, None, 10, 10, 0.3, False, rng_state,
+                             unused)
+    assert calls[-1][-2:] == (0.3, (torch.int64, [7, 8]))
+    no_dropout = sdpa.sdpa_flash_forward(q, q, q, 0.0)
+    assert no_dropout[6].dtype == torch.uint64 and no_dropout[6].shape == (2,)
+    with pytest.raises(RuntimeError, match="without the forward's rng_state"):
+        sdpa.sdpa_flash_backward(q, q, q, q, q, torch.zeros(2, 4, 10), None, None, 10, 10, 0.3, False, None, None)
 
 
 def test_flash_attention_forward_varlen_and_window(monkeypatch):

@@ -143,15 +143,16 @@ def test_autograd_wiring(fake):
     out, lse = attention(q, k, v, causal=True, return_lse=True)
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
-    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse),
-                                options=(0.1, True, False, -1, 0, 0.0))
+    rng_state = torch.empty(0, dtype=torch.int64, device="cuda")  # no dropout
+    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, rng_state),
+                                options=(0.1, True, False, -1, 0, 0.0), dropout_p=0.0)
     if _ops.HAS_BACKWARD:
-        dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None)
+        dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None, None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 7  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi
+        assert nones == [None] * 8  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi, dropout_p
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
-            _ops._fwd_backward(ctx, torch.empty_like(out), None)
+            _ops._fwd_backward(ctx, torch.empty_like(out), None, None)
 
 
 @needs_extension
@@ -169,15 +170,17 @@ def test_varlen_fake_shapes_and_autograd_wiring(fake):
     out, lse = attention_varlen(q, k, v, cu_q, cu_k, 100, 50, causal=True, return_lse=True)
     assert out.shape == q.shape and lse.shape == (8, 150) and lse.dtype == torch.float32
     assert out.requires_grad and not lse.requires_grad
-    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k),
-                                options=(100, 50, 0.1, True, False, -1, 0, 0.0))
+    rng_state = torch.empty(0, dtype=torch.int64, device="cuda")  # no dropout
+    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k,
+                                               rng_state),
+                                options=(100, 50, 0.1, True, False, -1, 0, 0.0), dropout_p=0.0)
     if _ops.HAS_BACKWARD:
-        dq, dk, dv, *nones = _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
+        dq, dk, dv, *nones = _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None, None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 11  # cu_seqlens_q/k, max_seqlen_q/k and fwd's seven options
+        assert nones == [None] * 12  # cu_seqlens_q/k, max_seqlen_q/k and fwd's eight options
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
-            _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
+            _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None, None)
 
 
 @needs_extension
