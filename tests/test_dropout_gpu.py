@@ -250,9 +250,11 @@ def test_cuda_graph_replays_draw_fresh_masks():
 
 
 def test_sdpa_serves_dropout_with_the_same_mask():
-    from torch.nn.attention import activate_flash_attention_impl, restore_flash_attention_impl
-    if not hasattr(torch.nn.attention, "activate_flash_attention_impl"):
-        pytest.skip("PyTorch without the flash registry")
+    import torch.nn.attention as registry
+    if not hasattr(registry, "activate_flash_attention_impl"):
+        pytest.skip("PyTorch without the flash registry (< 2.11)")
+    activate_flash_attention_impl, restore_flash_attention_impl = (registry.activate_flash_attention_impl,
+                                                                   registry.restore_flash_attention_impl)
     q, k, v = (rand(2, 4, 128, HDIM) for _ in range(3))   # (batch, nheads, seqlen, d)
     activate_flash_attention_impl("flash_attn_cuda")
     try:
