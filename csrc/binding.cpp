@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -13,9 +14,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -74,8 +75,8 @@ float checked_scale(double softmax_scale) {
 // cudaErrorNotSupported: the options need the feature kernels (fwd_launch.h); cudaErrorInvalidValue:
 // sizes/options outside params_supported, or no kernel for this dtype and head dim.
 void check_launch(cudaError_t err, const flash::FwdParams& p, const char* what) {
-  TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes "
-              "and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
+  TORCH_CHECK(err != cudaErrorNotSupported, "flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes, "
+              "dropout and varlen batches need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
               "rebuild without that flag");
   TORCH_CHECK(err != cudaErrorInvalidValue || flash::params_supported(p), "flash_attn_cuda: the ", what,
               " kernels do not support these sizes or options (softmax_scale ", num(double(p.softmax_scale)),
@@ -186,7 +187,7 @@ bool has_features();
 
 bool use_decode_forward(const at::Tensor& q, int64_t seqlen_q, int64_t group, int64_t seqlen_k, int headdim_rounded,
                         const Options& opt) {
-  if (decode_forward.run == nullptr || q.size(0) == 0 ||
+  if (decode_forward.run == nullptr || q.size(0) == 0 || opt.dropout_p > 0.0 ||  // no dropout there
       !flash::prefer_decode_kernel(static_cast<int>(seqlen_q), static_cast<int>(group))) {
     return false;
   }
@@ -217,6 +218,13 @@ int window_side(int64_t w, const char* name) {
   return w > flash::kMaxSeqlen ? -1 : static_cast<int>(w);
 }
 
+// dropout_p in [0, 1) (the Python wrappers raise ValueError first; this guards the raw ops).
+float checked_dropout(double dropout_p) {
+  TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "flash_attn_cuda: dropout_p must be in [0, 1), got ",
+              num(dropout_p));
+  return static_cast<float>(dropout_p);
+}
+
 float checked_softcap(double softcap) {
   TORCH_CHECK(softcap == 0.0 || (std::isnormal(static_cast<float>(softcap)) && softcap > 0.0),
               "flash_attn_cuda: softcap must be 0 (off) or a positive normal float32, got ", num(softcap));
@@ -232,6 +240,7 @@ int check_options(const at::Tensor& q, int64_t batch, int64_t nheads, int64_t he
   window_side(opt.window_left, "left");
   window_side(opt.window_right, "right");
   check_alibi(*opt.alibi_slopes, q, batch, nheads);
+  checked_dropout(opt.dropout_p);
   const int headdim_rounded = flash::round_head_dim(static_cast<int>(headdim));
   TORCH_CHECK(headdim_rounded > 0, "flash_attn_cuda: head dim ", num(headdim),
               " is larger than every head dim compiled into this build");
@@ -240,6 +249,7 @@ int check_options(const at::Tensor& q, int64_t batch, int64_t nheads, int64_t he
 
 void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale, const Options& opt,
                   int headdim_rounded);
+void fill_dropout(flash::FwdParams& p, double dropout_p);
 
 // (batch, row, head) strides of a (batch, seqlen, nheads, d) tensor, or of a packed varlen
 // (total, nheads, d) one, which has no batch dimension (batch stride 0).
@@ -323,6 +333,71 @@ void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale
   if (p.window_left >= p.seqlen_k) { p.window_left = -1; }
   if (p.window_right >= p.seqlen_q) { p.window_right = -1; }
   p.dtype = q.scalar_type() == at::kHalf ? flash::DType::kFloat16 : flash::DType::kBFloat16;
+  fill_dropout(p, opt.dropout_p);
+}
+
+// dropout_p's keep threshold (16-bit Philox numbers, philox.h) and scale; the generator state is the
+// caller's (forward: philox_for_call; backward: the forward's rng_state).
+void fill_dropout(flash::FwdParams& p, double dropout_p) {
+  p.dropout_p = checked_dropout(dropout_p);
+  if (p.dropout_p == 0.f) { return; }
+  // A p so small that the threshold rounds to 65536 keeps everything: still the dropout kernel.
+  p.dropout_threshold = static_cast<uint32_t>(std::lround((1.0 - dropout_p) * 65536.0));
+  p.rp_dropout = static_cast<float>(1.0 / (1.0 - dropout_p));
+}
+
+// Reserves batch * nheads Philox counters (one per (batch, head): philox.h) of the CUDA default
+// generator of q's device, as PyTorch's own kernels do (the generator's lock held; under CUDA-graph
+// capture the state is device pointers that each replay advances).
+flash::PhiloxState philox_for_call(const at::Tensor& q, int64_t batch, int64_t nheads) {
+  auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(
+      std::nullopt, at::cuda::detail::getDefaultCUDAGenerator(q.get_device()));
+  at::PhiloxCudaState state;
+  {
+    std::lock_guard<std::mutex> lock(gen->mutex_);
+    state = gen->philox_cuda_state(static_cast<uint64_t>(batch * nheads));
+  }
+  flash::PhiloxState p;
+  p.captured = state.captured_;
+  if (state.captured_) {
+    p.seed_ptr = state.seed_.ptr;
+    p.offset_ptr = state.offset_.ptr;
+    p.offset_intragraph = state.offset_intragraph_;
+  } else {
+    p.seed = state.seed_.val;
+    p.offset = state.offset_.val;
+  }
+  return p;
+}
+
+// The forward's rng_state: int64 (2,) (seed, offset) written by the kernel (dropout.h), or (0,)
+// without dropout. Calls that launch no kernel (empty inputs) write it here when the values are
+// on the host (outside graph capture); their backward reads no mask anyway.
+at::Tensor make_rng_state(const at::Tensor& q, double dropout_p) {
+  // the float32 p the kernels use decides (fill_dropout), so a p that rounds to 0 has no state
+  return at::empty({static_cast<float>(dropout_p) > 0.f ? 2 : 0}, q.options().dtype(at::kLong));
+}
+void set_forward_rng(flash::FwdParams& p, const at::Tensor& q, const at::Tensor& rng_state) {
+  if (p.dropout_p == 0.f) { return; }
+  p.philox = philox_for_call(q, p.batch, p.nheads);
+  p.rng_state_ptr = rng_state.data_ptr<int64_t>();
+}
+void fill_rng_state_on_host(at::Tensor& rng_state) {
+  if (rng_state.numel() == 2) { rng_state.zero_(); }
+}
+
+// The backward's generator state: the forward's rng_state (device pointers, read by the kernel, so a
+// graph-captured backward follows its forward's replays).
+void set_backward_rng(flash::FwdParams& p, const std::optional<at::Tensor>& rng_state, const at::Tensor& q) {
+  if (p.dropout_p == 0.f) { return; }
+  TORCH_CHECK(rng_state.has_value() && rng_state->scalar_type() == at::kLong && rng_state->numel() == 2 &&
+                  rng_state->is_contiguous() && rng_state->device() == q.device(),
+              "flash_attn_cuda: dropout_p > 0 needs the forward's rng_state (int64 (2,) on q's device)");
+  const int64_t* state = rng_state->data_ptr<int64_t>();
+  p.philox.captured = true;
+  p.philox.seed_ptr = state;
+  p.philox.offset_ptr = state + 1;
+  p.philox.offset_intragraph = 0;
 }
 
 // Runs the forward of filled params p on the family `family` asks for (resolved by flash::fwd_family on
@@ -340,11 +415,12 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
 
 // deterministic only matters to the backward; the forward takes it so that autograd's context
 // (which sees the forward's inputs) can hand it on.
-std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       double softmax_scale, bool causal, bool /*deterministic*/,
-                                       int64_t window_left, int64_t window_right, double softcap,
-                                       const std::optional<at::Tensor>& alibi_slopes) {
-  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+// Returns (out, lse, rng_state): rng_state as make_rng_state describes, the backward's input.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                   double softmax_scale, bool causal, bool /*deterministic*/,
+                                                   int64_t window_left, int64_t window_right, double softcap,
+                                                   const std::optional<at::Tensor>& alibi_slopes, double dropout_p) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes, dropout_p};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -369,10 +445,12 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   const flash::FwdFamily family = family_from_env();
 
   const c10::cuda::CUDAGuard device_guard(q.device());
+  at::Tensor rng_state = make_rng_state(q, dropout_p);
   if (use_decode_forward(q, seqlen_q, nheads / nheads_k, seqlen_k, headdim_rounded, opt)) {
     last_family = "decode";
     last_fwd_tile_desc.clear();
-    return decode_forward.run(q, k, v, softmax_scale, opt);
+    auto [out, lse] = decode_forward.run(q, k, v, softmax_scale, opt);
+    return {out, lse, rng_state};
   }
   check_fwd_device(q);
 
@@ -380,17 +458,20 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k,
   at::Tensor lse = at::empty({batch, nheads, seqlen_q}, q.options().dtype(at::kFloat));
   last_family = "none";
   last_fwd_tile_desc.clear();
-  if (out.numel() == 0) { return {out, lse}; }
-  if (seqlen_k == 0) {  // nothing to attend to: O = 0, LSE = -inf, like rows masked out entirely
+  if (out.numel() == 0 || seqlen_k == 0) {
+    fill_rng_state_on_host(rng_state);
+    if (out.numel() == 0) { return {out, lse, rng_state}; }
+    // nothing to attend to: O = 0, LSE = -inf, like rows masked out entirely
     out.zero_();
     lse.fill_(-std::numeric_limits<float>::infinity());
-    return {out, lse};
+    return {out, lse, rng_state};
   }
 
   flash::FwdParams p;
   fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
+  set_forward_rng(p, q, rng_state);
   launch_forward(p, q, family, "forward");
-  return {out, lse};
+  return {out, lse, rng_state};
 }
 
 // Packed varlen q (total_q, nheads, d), k/v (total_k, nheads_k, d) and int32 (batch + 1,) prefix
@@ -427,52 +508,58 @@ int64_t check_varlen_inputs(const at::Tensor& q, const at::Tensor& k, const at::
 
 // Variable-length forward on packed tensors (flash-attn's varlen layout). max_seqlen_q/k size
 // the grid and must bound every sequence (the Python wrapper checks the values when it can).
-std::tuple<at::Tensor, at::Tensor> fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
-                                              int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-                                              bool causal, bool /*deterministic*/, int64_t window_left,
-                                              int64_t window_right, double softcap,
-                                              const std::optional<at::Tensor>& alibi_slopes) {
-  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+    bool /*deterministic*/, int64_t window_left, int64_t window_right, double softcap,
+    const std::optional<at::Tensor>& alibi_slopes, double dropout_p) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes, dropout_p};
   const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int64_t nheads = q.size(1), headdim = q.size(2);
   const int headdim_rounded = check_options(q, batch, nheads, headdim, softmax_scale, opt);  // before any allocation
   const flash::FwdFamily family = family_from_env();
 
   const c10::cuda::CUDAGuard device_guard(q.device());
+  at::Tensor rng_state = make_rng_state(q, dropout_p);
   // Decode-like varlen batches with one query length (e.g. one new token per sequence, total_q ==
   // batch): the KV-cache kernel, as fwd() does (same out and lse layout, so the backward is unchanged).
   if (decode_forward.run_varlen != nullptr && batch > 0 && q.size(0) == batch * max_seqlen_q && has_features() &&
       use_decode_forward(q, max_seqlen_q, nheads / k.size(1), max_seqlen_k, headdim_rounded, opt)) {
     last_family = "decode";
     last_fwd_tile_desc.clear();
-    return decode_forward.run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, opt);
+    auto [out, lse] = decode_forward.run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, opt);
+    return {out, lse, rng_state};
   }
   check_fwd_device(q);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({nheads, q.size(0)}, q.options().dtype(at::kFloat));
   last_family = "none";
   last_fwd_tile_desc.clear();
-  if (out.numel() == 0) { return {out, lse}; }
+  if (out.numel() == 0) {
+    fill_rng_state_on_host(rng_state);
+    return {out, lse, rng_state};
+  }
   // No sequence (or none with keys): rows outside every sequence get O = 0, LSE = -inf. Only
   // inconsistent prefix sums (raw op, compiled graph) leave rows outside every sequence.
   if (batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0) {
+    fill_rng_state_on_host(rng_state);
     out.zero_();
     lse.fill_(-std::numeric_limits<float>::infinity());
-    return {out, lse};
+    return {out, lse, rng_state};
   }
   flash::FwdParams p;
   fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                      opt, headdim_rounded);
+  set_forward_rng(p, q, rng_state);
   launch_forward(p, q, family, "varlen forward");
-  return {out, lse};
+  return {out, lse, rng_state};
 }
 
 #ifdef FLASH_ATTN_CUDA_BACKWARD
 // The backward's shared memory on q's GPU (call under its device guard): some tile of the table for
 // headdim_rounded must fit the budget (flash::bwd_tile; every row fits 99 KB). Returns the budget cap
 // (FLASH_ATTN_CUDA_SMEM_BUDGET, KB; 0 none) for the params, so that the check and the launch see one value.
-int check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
+int check_bwd_smem(const at::Tensor& q, int headdim_rounded, double dropout_p) {
   flash::BwdParams probe;
   probe.headdim_rounded = headdim_rounded;
   probe.smem_budget_kb = smem_budget_from_env();
@@ -480,6 +567,10 @@ int check_bwd_smem(const at::Tensor& q, int headdim_rounded) {
   TORCH_CHECK(tile.smem_bytes >= 0, "flash_attn_cuda: no backward tile for head dim ", num(int64_t(headdim_rounded)),
               " fits the shared memory per block: ", smem_limit_text(q, tile.budget_bytes), " (the smallest tile needs ",
               num(int64_t(flash::bwd_smallest_shared_memory_bytes(headdim_rounded) / 1024)), " KB)");
+  TORCH_CHECK(dropout_p <= 0.0 || flash::dropout_tile(tile.block_n),
+              "flash_attn_cuda: attention dropout in the backward needs a tile at least 64 keys wide; head dim ",
+              num(int64_t(headdim_rounded)), " under ", smem_limit_text(q, tile.budget_bytes), " runs a ",
+              num(int64_t(tile.block_n)), "-key tile (as flash-attn 2, no dropout backward there)");
   return probe.smem_budget_kb;
 }
 
@@ -572,8 +663,9 @@ void run_backward_into(flash::BwdParams& p, const at::Tensor& dout, const at::Te
 void bwd_into(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dq, const at::Tensor& dk,
               const at::Tensor& dv, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
-              int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
-  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+              int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes, double dropout_p,
+              const std::optional<at::Tensor>& rng_state) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes, dropout_p};
   check_input(q, "q");
   check_input(k, "k");
   check_input(v, "v");
@@ -601,9 +693,12 @@ void bwd_into(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, 
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   flash::BwdParams p;
-  p.smem_budget_kb = check_bwd_smem(q, headdim_rounded);
+  p.smem_budget_kb = check_bwd_smem(q, headdim_rounded, opt.dropout_p);
   const bool empty = q.numel() == 0 || k.numel() == 0;
-  if (!empty) { fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded); }
+  if (!empty) {
+    fill_fwd_params(p, q, k, v, out, lse, softmax_scale, opt, headdim_rounded);
+    set_backward_rng(p, rng_state, q);
+  }
   run_backward_into(p, dout, dq, dk, dv, deterministic, empty);
 }
 
@@ -612,13 +707,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
                                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                                    double softmax_scale, bool causal, bool deterministic,
                                                    int64_t window_left, int64_t window_right, double softcap,
-                                                   const std::optional<at::Tensor>& alibi_slopes) {
+                                                   const std::optional<at::Tensor>& alibi_slopes, double dropout_p,
+                                                   const std::optional<at::Tensor>& rng_state) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flash_attn_cuda: q, k, v must be 4-D");
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
   bwd_into(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, deterministic, window_left, window_right,
-           softcap, alibi_slopes);
+           softcap, alibi_slopes, dropout_p, rng_state);
   return {dq, dk, dv};
 }
 
@@ -629,8 +725,9 @@ void bwd_varlen_into(const at::Tensor& dout, const at::Tensor& q, const at::Tens
                      const at::Tensor& cu_seqlens_k, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
                      int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
                      bool deterministic, int64_t window_left, int64_t window_right, double softcap,
-                     const std::optional<at::Tensor>& alibi_slopes) {
-  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes};
+                     const std::optional<at::Tensor>& alibi_slopes, double dropout_p,
+                     const std::optional<at::Tensor>& rng_state) {
+  const Options opt{causal, window_left, window_right, softcap, &alibi_slopes, dropout_p};
   const int64_t batch = check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int64_t total_q = q.size(0), nheads = q.size(1);
   const int64_t headdim = q.size(2);
@@ -650,11 +747,12 @@ void bwd_varlen_into(const at::Tensor& dout, const at::Tensor& q, const at::Tens
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   flash::BwdParams p;
-  p.smem_budget_kb = check_bwd_smem(q, headdim_rounded);
+  p.smem_budget_kb = check_bwd_smem(q, headdim_rounded, opt.dropout_p);
   const bool empty = q.numel() == 0 || k.numel() == 0 || batch == 0 || max_seqlen_q == 0 || max_seqlen_k == 0;
   if (!empty) {
     fill_varlen_params(p, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                        opt, headdim_rounded);
+    set_backward_rng(p, rng_state, q);
   }
   run_backward_into(p, dout, dq, dk, dv, deterministic, empty);
 }
@@ -664,16 +762,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic, int64_t window_left,
-    int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes) {
+    int64_t window_right, double softcap, const std::optional<at::Tensor>& alibi_slopes, double dropout_p,
+    const std::optional<at::Tensor>& rng_state) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "flash_attn_cuda: q, k, v must be 3-D");
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
   bwd_varlen_into(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, dq, dk, dv, max_seqlen_q, max_seqlen_k,
-                  softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes);
+                  softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes, dropout_p,
+                  rng_state);
   return {dq, dk, dv};
 }
 #endif
+
+// The keep-mask (batch, nheads, seqlen_q, seqlen_k) bool of the forward call that wrote rng_state with
+// this dropout_p (flash::run_dropout_mask): the testing hook behind return_attn_probs.
+at::Tensor dropout_mask(const at::Tensor& rng_state, int64_t batch, int64_t nheads, int64_t seqlen_q,
+                        int64_t seqlen_k, double dropout_p) {
+  TORCH_CHECK(rng_state.is_cuda() && rng_state.scalar_type() == at::kLong && rng_state.numel() == 2 &&
+                  rng_state.is_contiguous(),
+              "flash_attn_cuda: rng_state must be the forward's int64 (2,) CUDA tensor");
+  TORCH_CHECK(batch >= 0 && nheads >= 0 && seqlen_q >= 0 && seqlen_k >= 0 && batch <= 65535 && nheads <= 65535 &&
+                  seqlen_q <= flash::kMaxSeqlen && seqlen_k <= flash::kMaxSeqlen,
+              "flash_attn_cuda: dropout_mask sizes out of range");
+  TORCH_CHECK(dropout_p > 0.0 && dropout_p < 1.0, "flash_attn_cuda: dropout_mask needs dropout_p in (0, 1), got ",
+              num(dropout_p));
+  const c10::cuda::CUDAGuard device_guard(rng_state.device());
+  at::Tensor mask = at::empty({batch, nheads, seqlen_q, seqlen_k}, rng_state.options().dtype(at::kByte));
+  flash::FwdParams p;
+  fill_dropout(p, dropout_p);
+  const cudaError_t err = flash::run_dropout_mask(
+      rng_state.data_ptr<int64_t>(), static_cast<int>(batch), static_cast<int>(nheads), static_cast<int>(seqlen_q),
+      static_cast<int>(seqlen_k), p.dropout_threshold, mask.data_ptr<uint8_t>(), at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cuda: dropout_mask launch failed: ", cudaGetErrorString(err));
+  return mask.to(at::kBool);
+}
 
 bool has_backward() {
 #ifdef FLASH_ATTN_CUDA_BACKWARD
@@ -746,11 +869,14 @@ using namespace flash_binding;
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, bool deterministic=False, "
-        "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) "
-        "-> (Tensor out, Tensor lse)");
+        "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, "
+        "float dropout_p=0.0) -> (Tensor out, Tensor lse, Tensor rng_state)");
   m.def("fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
         "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, "
-        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) -> (Tensor out, Tensor lse)");
+        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, float dropout_p=0.0) "
+        "-> (Tensor out, Tensor lse, Tensor rng_state)");
+  m.def("dropout_mask(Tensor rng_state, int batch, int nheads, int seqlen_q, int seqlen_k, float dropout_p) "
+        "-> Tensor");
   m.def("compiled_head_dims() -> int[]", &compiled_head_dims);
   m.def("compiled_dtypes() -> str[]", &compiled_dtypes);
   m.def("has_backward() -> bool", &has_backward);
@@ -765,25 +891,27 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
         "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
-        "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+        "Tensor? alibi_slopes=None, float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor dq, Tensor dk, Tensor dv)");
   m.def("bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
         "bool deterministic=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
-        "Tensor? alibi_slopes=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+        "Tensor? alibi_slopes=None, float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor dq, Tensor dk, Tensor dv)");
   // The same backwards writing into caller-given gradients (e.g. views into one packed dqkv).
   m.def("bwd_into(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, "
         "Tensor(c!) dv, float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, "
-        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) -> ()");
+        "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, float dropout_p=0.0, "
+        "Tensor? rng_state=None) -> ()");
   m.def("bwd_varlen_into(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, int max_seqlen_q, int max_seqlen_k, "
         "float softmax_scale, bool causal, bool deterministic=False, int window_left=-1, int window_right=-1, "
-        "float softcap=0.0, Tensor? alibi_slopes=None) -> ()");
+        "float softcap=0.0, Tensor? alibi_slopes=None, float dropout_p=0.0, Tensor? rng_state=None) -> ()");
 #endif
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {
   m.impl("fwd", &fwd);
   m.impl("fwd_varlen", &fwd_varlen);
+  m.impl("dropout_mask", &dropout_mask);
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", &bwd);
   m.impl("bwd_varlen", &bwd_varlen);
@@ -796,6 +924,7 @@ TORCH_LIBRARY_IMPL(flash_attn_cuda, CPU, m) {
   const auto refuse = [] { return torch::CppFunction::makeFromBoxedFunction<&refuse_cpu>(); };
   m.impl("fwd", refuse());
   m.impl("fwd_varlen", refuse());
+  m.impl("dropout_mask", refuse());
 #ifdef FLASH_ATTN_CUDA_BACKWARD
   m.impl("bwd", refuse());
   m.impl("bwd_varlen", refuse());

@@ -31,6 +31,7 @@ struct Options {
   int64_t window_left = -1, window_right = -1;
   double softcap = 0.0;
   const std::optional<at::Tensor>* alibi_slopes = nullptr;
+  double dropout_p = 0.0;  // the forward/backward ops only (the KV-cache op has none)
 };
 
 // Checks scale, softcap, window sides and ALiBi slopes before anything is allocated; returns the

@@ -15,6 +15,7 @@
 
 #include "bwd_kernel_traits.h"
 #include "copy_utils.h"
+#include "dropout.h"
 #include "mask.h"
 #include "params.h"
 #include "score_mods.h"
@@ -108,8 +109,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
 // The work of one thread block for K/V block n_block of (head, batch): dK, dV of its keys, and
 // its share of dQ added into dq_accum (this thread block's slice of the fp32 scratch, rows as
-// bwd_scratch_row0 places them: params.h).
-template <typename Traits, bool kMods>
+// bwd_scratch_row0 places them: params.h). kDropout: the forward's dropout mask regenerated
+// (dropout.h): dV = (P o Z)^T dO, dS = P o (Z o dP - D), Z = mask / (1 - p); D = rowsum(dO o O) as
+// without dropout (FA2's algebra).
+template <typename Traits, bool kMods, bool kDropout>
 CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_accum, int n_block, int head,
                               int batch) {
   using Element = typename Traits::Element;
@@ -280,6 +283,8 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
   float alibi_slope = 0.f;  // score units; only the kMods instantiation reads it
   if constexpr (kMods) { alibi_slope = alibi_slope_units(params, batch, head); }
+  DropoutRng rng{};  // only the kDropout instantiation reads it
+  if constexpr (kDropout) { rng = dropout_rng(params, batch, head); }
 
   // ---------------------------------------------------------------- MAIN LOOP over Q blocks
   CUTE_NO_UNROLL
@@ -323,6 +328,9 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
         acc_s_rc(r, c) = exp2f(acc_s_rc(r, c) * params.scale_log2 - lse_log2[r]);
       }
     }
+    if constexpr (kDropout) {  // dropped elements of P negated: P and the mask in one tile
+      apply_dropout<Traits::kWarpsNSdP, true>(acc_s_rc, tScS_rc, rng, m_block * kBlockM, n_block * kBlockN);
+    }
 
     // dP = dO V^T, dS = P (dP - D)
     Tensor acc_dp = partition_fragment_C(mma_sdp, TileS{});                     // (MMA, MMA_M, MMA_N) fp32
@@ -330,18 +338,34 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
     clear(acc_dp);
     gemm_ss(acc_dp, tdPrdO, tdPrV, copy_a_sdp.get_thread_slice(tid).partition_S(stage_do(stage)), tdPsV, mma_sdp,
             copy_a_sdp, copy_b_sdp);
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
+    if constexpr (kDropout) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(acc_dp_rc); ++c) {
-        acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
+      for (int r = 0; r < kRows; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(acc_dp_rc); ++c) {
+          const float p = acc_s_rc(r, c);
+          const float dp = p >= 0.f ? acc_dp_rc(r, c) * params.rp_dropout : 0.f;
+          acc_dp_rc(r, c) = fabsf(p) * (dp - delta[r]);
+        }
+      }
+    } else {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(acc_dp_rc); ++c) {
+          acc_dp_rc(r, c) = acc_s_rc(r, c) * (acc_dp_rc(r, c) - delta[r]);
+        }
       }
     }
     if constexpr (kMods) {
-      apply_softcap_grad(acc_dp_rc, acc_s_rc, lse_log2, params, tScS_rc, alibi_slope, m_block * kBlockM,
+      apply_softcap_grad<kDropout>(acc_dp_rc, acc_s_rc, lse_log2, params, tScS_rc, alibi_slope, m_block * kBlockM,
                          n_block * kBlockN, vk.shift);
     }
 
+    if constexpr (kDropout) {  // P o mask for dV (its 1 / (1 - p) is applied to dV at the end)
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) { acc_s(i) = fmaxf(acc_s(i), 0.f); }
+    }
     // P and dS to shared memory: the dK/dV and dQ products read them transposed / by other warps.
     Tensor rP = convert_type<Element>(acc_s);
     Tensor rdS = convert_type<Element>(acc_dp);
@@ -375,6 +399,10 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
   // ---------------------------------------------------------------- EPILOGUE
   CUTE_UNROLL
   for (int i = 0; i < size(acc_dk); ++i) { acc_dk(i) *= params.softmax_scale; }
+  if constexpr (kDropout) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dv); ++i) { acc_dv(i) *= params.rp_dropout; }
+  }
   Tensor rdK = convert_type<Element>(acc_dk);
   Tensor rdV = convert_type<Element>(acc_dv);
   auto store_dkv = make_tiled_copy_C(typename Traits::SmemCopyAtomStore{}, mma_dkv);
@@ -394,15 +422,17 @@ CUTE_DEVICE void bwd_kv_block(BwdParams const& params, char* smem, float* dq_acc
 // adding into one dq_accum slice. Deterministic: gridDim.x = num_dq_splits; thread block s
 // handles K/V blocks s, s + num_dq_splits, ... in that order and owns dq_accum slice s, so each
 // dq_accum address receives its adds from one thread in a fixed order.
-// kMods: as fwd_kernel's (softcap, ALiBi, a left window edge or varlen get their own instantiation).
-template <typename Traits, bool kMods>
+// kMods: as fwd_kernel's (softcap, ALiBi, a left window edge or varlen get their own instantiation);
+// kDropout (with kMods): dropout, a third one.
+template <typename Traits, bool kMods, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_kernel(__grid_constant__ const BwdParams params) {
+  static_assert(kMods || !kDropout, "dropout rides on the feature instantiation");
   extern __shared__ __align__(128) char smem[];
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const int64_t split_stride = bwd_scratch_split_rows<kMods>(params) * params.headdim_rounded;
   float* dq_accum = params.dq_accum_ptr + (params.deterministic ? blockIdx.x * split_stride : 0);
   for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x) {
-    bwd_kv_block<Traits, kMods>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
+    bwd_kv_block<Traits, kMods, kDropout>(params, smem, dq_accum, n_block, blockIdx.y, blockIdx.z);
     __syncthreads();  // shared memory is reused by the next K/V block
   }
 }

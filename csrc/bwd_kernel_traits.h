@@ -41,6 +41,7 @@ struct BwdTraits {
   using TiledMmaFor = TiledMMA<MmaAtom, Layout<Shape<Int<kWarpsM>, Int<kNWarps / kWarpsM>, _1>>,
                                Tile<Int<16 * kWarpsM>, Int<16 * (kNWarps / kWarpsM)>, _16>>;
   using TiledMmaSdP = TiledMmaFor<kAtomMSdP>;  // (kBlockM, kBlockN)
+  static constexpr int kWarpsNSdP = kNWarps / kAtomMSdP;  // warps across the S/dP columns (dropout.h)
   using TiledMmadKV = TiledMmaFor<kAtomNdKV>;  // (kBlockN, d)
   using TiledMmadQ = TiledMmaFor<kAtomMdQ>;    // (kBlockM, d)
 

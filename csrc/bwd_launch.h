@@ -14,7 +14,7 @@ namespace flash {
 template <typename Traits>
 cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  // As launch_fwd: the kMods kernels unless the options need none of them.
+  // As launch_fwd: the kMods kernels unless the options need none of them; dropout its own.
   const bool varlen = params.cu_seqlens_q != nullptr;
   const bool mods = needs_mods(params);
 #ifdef FLASH_ATTN_CUDA_NO_FEATURES
@@ -24,7 +24,14 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   auto convert = &bwd_convert_dq_kernel<Traits, false>;
 #else
   auto prepass = varlen ? &bwd_prepass_kernel<Element, true> : &bwd_prepass_kernel<Element, false>;
-  auto kernel = mods ? &bwd_kernel<Traits, true> : &bwd_kernel<Traits, false>;
+  auto kernel = mods ? &bwd_kernel<Traits, true, false> : &bwd_kernel<Traits, false, false>;
+  if (needs_dropout(params)) {
+    if constexpr (dropout_tile(Traits::kBlockN)) {
+      kernel = &bwd_kernel<Traits, true, true>;
+    } else {
+      return cudaErrorNotSupported;  // the binding refuses these calls first (check_bwd_smem)
+    }
+  }
   auto convert = varlen ? &bwd_convert_dq_kernel<Traits, true> : &bwd_convert_dq_kernel<Traits, false>;
 #endif
   const dim3 padded_row_grid(params.seqlen_q_rounded / 8, params.nheads, params.batch);

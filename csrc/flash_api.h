@@ -83,6 +83,13 @@ bool kvcache_params_supported(const KvCacheParams& params);
 int kvcache_num_splits(const KvCacheParams& params, int num_sms, int smem_per_sm);
 int kvcache_shared_memory_bytes(int headdim_rounded);
 
+// The dropout keep-mask of a forward call (testing hook; dropout_mask.cu): mask (batch, nheads,
+// seqlen_q, seqlen_k) uint8, 1 where the kernels keep the element, from rng_state (device int64 (2,):
+// seed, offset, as the forward wrote it) and threshold = FwdParams.dropout_threshold. Varlen: rows
+// and columns count from each sequence's start, b is the sequence index.
+cudaError_t run_dropout_mask(const int64_t* rng_state, int batch, int nheads, int seqlen_q, int seqlen_k,
+                             uint32_t threshold, uint8_t* mask, cudaStream_t stream);
+
 // Largest seqlen the int32 index arithmetic of the kernels admits.
 constexpr int kMaxSeqlen = (1 << 30);
 

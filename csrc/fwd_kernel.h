@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include "copy_utils.h"
+#include "dropout.h"
 #include "kernel_traits.h"
 #include "mask.h"
 #include "params.h"
@@ -38,8 +39,10 @@ CUTE_DEVICE void write_empty_tile(GO& gO, Lse& gLse, int valid_rows, int headdim
 // instantiation (kMods = false) compiles none of their code: at 255 registers any extra
 // runtime branch in the main loop reshuffled ptxas's allocation into spills (measured: 0 -> 44-64 B
 // in the d=128 backward), so the features get their own instantiation, picked at launch.
-template <typename Traits, bool kMods>
+// kDropout (with kMods): attention dropout (dropout.h), a third instantiation.
+template <typename Traits, bool kMods, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_constant__ const FwdParams params) {
+  static_assert(kMods || !kDropout, "dropout rides on the feature instantiation");
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -57,6 +60,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int head_k = head / (params.nheads / params.nheads_k);  // GQA: q heads share a K/V head
+  if constexpr (kDropout) { write_rng_state(params); }  // before any early return
   if constexpr (kMods) {
     if (m_block * kBlockM >= seq.seqlen_q()) { return; }  // varlen: past this sequence's end
   }
@@ -143,6 +147,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   OnlineSoftmax<kRowsPerThread> softmax;
   float alibi_slope = 0.f;  // score units; only the kMods instantiation reads it
   if constexpr (kMods) { alibi_slope = alibi_slope_units(params, batch, head); }
+  DropoutRng rng{};  // only the kDropout instantiation reads it
+  if constexpr (kDropout) { rng = dropout_rng(params, batch, head); }
 
   // ---------------------------------------------------------------- PROLOGUE
   // Blocks run from the last K/V block down, so the masked (diagonal / ragged) blocks come first.
@@ -182,7 +188,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
         load_k(n - 1, false_type{});  // never the last block: never ragged
         cp_async_fence();
       }
-      softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);
+      softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);  // row sums of the undropped P
+      if constexpr (kDropout) { apply_dropout<1, false>(acc_s_rc, tScS_rc, rng, m_block * kBlockM, n * kBlockN); }
       Tensor rP = convert_type<Element>(acc_s);                                   // (MMA, MMA_M, MMA_N)
       Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));        // (MMA, MMA_M, kBlockN/16)
       gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                 // O += P V
@@ -226,6 +233,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
         cp_async_fence();
       }
       softmax.update(acc_s_rc, acc_o_rc, params.scale_log2);
+      if constexpr (kDropout) {
+        apply_dropout<1, false>(acc_s_rc, tScS_rc, rng, m_block * kBlockM, n_block * kBlockN);
+      }
       Tensor rP = convert_type<Element>(acc_s);                                   // (MMA, MMA_M, MMA_N)
       Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));        // (MMA, MMA_M, kBlockN/16)
       gemm_rs(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_V);                 // O += P V
@@ -235,6 +245,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(__grid_consta
   // ---------------------------------------------------------------- EPILOGUE
   Tensor lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});                  // (rows)
   softmax.finalize(acc_o_rc, lse, kMods ? score_unit(params) : params.softmax_scale);
+  if constexpr (kDropout) {  // O = (P o mask) V / (1 - p) / rowsum(P)
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) { acc_o(i) *= params.rp_dropout; }
+  }
 
   // LSE: the first thread of each quad owns its rows.
   if (get<1>(tScS_rc(0, 0)) == 0) {

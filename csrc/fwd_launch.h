@@ -12,14 +12,22 @@ namespace flash {
 
 template <typename Traits>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
-  // The plain instantiation unless softcap, ALiBi, a left window edge or varlen needs the other
+  // The plain instantiation unless softcap, ALiBi, a left window edge, varlen or dropout needs another
   // (fwd_kernel.h); builds with FLASH_ATTN_CUDA_FEATURES=0 have only the plain one.
   const bool mods = needs_mods(params);
 #ifdef FLASH_ATTN_CUDA_NO_FEATURES
   if (mods) { return cudaErrorNotSupported; }
   auto kernel = &fwd_kernel<Traits, false>;
 #else
-  auto kernel = mods ? &fwd_kernel<Traits, true> : &fwd_kernel<Traits, false>;
+  // Dropout: the feature instantiation with kDropout (fwd_kernel.h).
+  auto kernel = mods ? &fwd_kernel<Traits, true, false> : &fwd_kernel<Traits, false, false>;
+  if (needs_dropout(params)) {
+    if constexpr (dropout_tile(Traits::kBlockN)) {
+      kernel = &fwd_kernel<Traits, true, true>;
+    } else {
+      return cudaErrorNotSupported;  // the binding refuses these calls first (check_bwd_smem)
+    }
+  }
 #endif
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {

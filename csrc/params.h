@@ -16,6 +16,17 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 // bench_fwd --family). Both families write the same out and lse, so the backward is unchanged.
 enum class FwdFamily : int { kAuto = 0, kSm80 = 1, kSm90 = 2 };
 
+// The seed and offset of PyTorch's CUDA generator for one call, torch-free (the fields of
+// at::PhiloxCudaState): the values, or under CUDA-graph capture device pointers that each replay
+// updates plus this call's offset within the graph (the kernels read them: dropout.h).
+struct PhiloxState {
+  uint64_t seed = 0, offset = 0;
+  const int64_t* seed_ptr = nullptr;
+  const int64_t* offset_ptr = nullptr;
+  uint64_t offset_intragraph = 0;
+  bool captured = false;
+};
+
 // Whether kAuto picks the sm90 family: on since the package's GPU tests ran it through the binding
 // on the H200 (tests/test_attention_gpu.py, test_backward_gpu.py family-parametrised, the SDPA and
 // transformers drop-in tests; benchmarks/NOTES.md "Hopper forward"). FLASH_ATTN_CUDA_FAMILY=sm80
@@ -81,6 +92,17 @@ struct FwdParams {
   int total_q = 0;                    // rows of q/out: cu_seqlens_q[batch] when the prefix sums are valid
   int total_k = 0;                    // rows of k/v: cu_seqlens_k[batch] likewise
 
+  // ---- dropout (dropout.h, philox.h): dropout_p > 0 drops each P element with probability p (its
+  // 16-bit Philox number >= dropout_threshold = round((1 - p) * 65536)) and scales the kept ones by
+  // rp_dropout = 1 / (1 - p). The forward reserves batch * nheads Philox counters at philox.offset and
+  // writes (seed, offset) to rng_state_ptr (int64 (2,)); the backward reads them back from there
+  // (philox.captured with seed_ptr / offset_ptr into that tensor).
+  float dropout_p = 0.f;
+  float rp_dropout = 1.f;
+  uint32_t dropout_threshold = 65536;
+  PhiloxState philox;
+  int64_t* rng_state_ptr = nullptr;
+
   DType dtype = DType::kBFloat16;
   FwdFamily family = FwdFamily::kAuto;
   // Cap on the shared memory per thread block the dispatch may plan for, in KB (0: none). The
@@ -90,9 +112,15 @@ struct FwdParams {
 };
 
 // Whether the options need the kMods instantiation (fwd_kernel.h, bwd_kernel.h): softcap, ALiBi,
-// a left window edge or a varlen batch. Builds with FLASH_ATTN_CUDA_FEATURES=0 refuse these.
+// a left window edge, a varlen batch or dropout (its own kMods instantiation, kDropout). Builds
+// with FLASH_ATTN_CUDA_FEATURES=0 refuse these.
+inline bool needs_dropout(const FwdParams& p) { return p.dropout_p > 0.f; }
+// Dropout works on whole 16 x 64 chunks of S (dropout.h, philox.h): tiles narrower than 64 keys (the
+// smallest backward tiles of the 99 KB budget, bwd_tile_config.h) have no dropout kernel.
+constexpr bool dropout_tile(int block_n) { return block_n % 64 == 0; }
 inline bool needs_mods(const FwdParams& p) {
-  return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr;
+  return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr ||
+         needs_dropout(p);
 }
 
 // KV-cache attention (flash-attn's flash_attn_with_kvcache; decode_kernel.h): q attends to a cache

@@ -76,9 +76,11 @@ CUTE_DEVICE void apply_alibi(Tensor<AccEngine, AccLayout>& acc_s, CoordTensor co
 // The backward recovers t from P = exp2((t - slope * |i + shift - j|) * scale_log2 - lse_log2)
 // instead of keeping the tanh tile live: t = (log2(P) + lse_log2) / scale_log2 + slope * |i + shift - j|
 // (slope: the ALiBi slope in score units, 0 without ALiBi). Where P == 0 the factor is moot (dS = 0).
+// kSigned: P carries the dropout sign encoding (dropout.h: dropped elements negated); its magnitude
+// is used.
 //   ds, p: rowcol views (rows, cols) of dS and P; lse_log2: per row; coords, row0, col0, shift as
 //   apply_alibi's
-template <class DS, class P, class Lse, class CoordTensor>
+template <bool kSigned = false, class DS, class P, class Lse, class CoordTensor>
 CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, FwdParams const& params,
                                     CoordTensor const& coords, float slope, int row0, int col0, int shift) {
   if (params.softcap > 0.f) {
@@ -88,8 +90,9 @@ CUTE_DEVICE void apply_softcap_grad(DS& ds, P const& p, Lse const& lse_log2, Fwd
       CUTE_UNROLL
       for (int c = 0; c < size<1>(ds); ++c) {
         const float bias = slope * static_cast<float>(abs(diag - alibi_col_offset(coords, r, c)));
-        const float t = __fdividef(__log2f(p(r, c)) + lse_log2[r], params.scale_log2) + bias;
-        ds(r, c) *= p(r, c) > 0.f ? 1.f - t * t : 0.f;
+        const float pr = kSigned ? fabsf(p(r, c)) : p(r, c);
+        const float t = __fdividef(__log2f(pr) + lse_log2[r], params.scale_log2) + bias;
+        ds(r, c) *= pr > 0.f ? 1.f - t * t : 0.f;
       }
     }
   }

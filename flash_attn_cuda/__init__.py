@@ -13,8 +13,8 @@ from torch._subclasses.fake_tensor import is_fake
 from . import _pad
 from ._ops import HAS_FEATURES, compiled_dtypes, compiled_head_dims, require_extension
 from .kvcache import attention_with_kvcache
-from ._validate import (check_alibi_slopes, check_attention_inputs, check_softcap, check_softcap_scale,
-                        check_softmax_scale, check_varlen_inputs, check_window_size)
+from ._validate import (check_alibi_slopes, check_attention_inputs, check_dropout_p, check_softcap,
+                        check_softcap_scale, check_softmax_scale, check_varlen_inputs, check_window_size)
 
 __version__ = "0.1.0"
 __all__ = ["attention", "attention_varlen", "attention_qkvpacked", "attention_kvpacked", "attention_varlen_qkvpacked",
@@ -22,21 +22,18 @@ __all__ = ["attention", "attention_varlen", "attention_qkvpacked", "attention_kv
            "__version__"]
 
 
-def _check_flash_attn_only_args(dropout_p: float, return_attn_probs: bool) -> None:
-    """flash-attn's arguments this package takes for call compatibility but does not implement."""
-    if dropout_p != 0.0:
-        raise ValueError(f"flash_attn_cuda: attention dropout is not implemented; dropout_p must be 0.0, got {dropout_p}")
-    if return_attn_probs:
-        raise ValueError("flash_attn_cuda: return_attn_probs (flash-attn's testing-only dropout mask) is not "
-                         "implemented; use return_lse=True for the log-sum-exp")
+# return_attn_probs (flash-attn's testing hook) materialises (batch, nheads, seqlen_q, seqlen_k) float32.
+_ATTN_PROBS_MAX_ELEMENTS = 1 << 28
 
 
 def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, dropout_p: float, softmax_scale: Optional[float],
                      causal: bool, window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[torch.Tensor],
-                     return_attn_probs: bool, varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor]]:
+                     return_attn_probs: bool, varlen: bool) -> Tuple[float, int, int, float, Optional[torch.Tensor], float]:
     """The options of attention() / attention_varlen() after the tensors, checked and normalised:
-    (softmax_scale, window_left, window_right, softcap, alibi_slopes). q's heads are dim -2."""
-    _check_flash_attn_only_args(dropout_p, return_attn_probs)
+    (softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p). q's heads are dim -2."""
+    dropout_p = check_dropout_p(dropout_p)
+    if not isinstance(return_attn_probs, bool):
+        raise TypeError(f"flash_attn_cuda: return_attn_probs must be a bool, got {type(return_attn_probs).__name__}")
     softmax_scale = q.shape[-1] ** -0.5 if softmax_scale is None else check_softmax_scale(softmax_scale)
     window_left, window_right = check_window_size(window_size, causal)
     softcap = check_softcap(softcap)
@@ -45,12 +42,57 @@ def _checked_options(q: torch.Tensor, batch: int, seqlen_k: int, dropout_p: floa
     if alibi_slopes is not None and alibi_slopes.requires_grad:
         raise ValueError("flash_attn_cuda: alibi_slopes gets no gradient; pass alibi_slopes.detach()")
     # A left edge at or past the last key is no edge (the plain kernel runs it).
-    needs_features = varlen or softcap != 0 or alibi_slopes is not None or 0 <= window_left < seqlen_k
+    needs_features = (varlen or softcap != 0 or alibi_slopes is not None or 0 <= window_left < seqlen_k
+                      or dropout_p > 0)
     if needs_features and not HAS_FEATURES:
-        raise ValueError("flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes and attention_varlen "
-                         "need the feature kernels, which this build left out (FLASH_ATTN_CUDA_FEATURES=0); "
-                         "rebuild without that flag")
-    return softmax_scale, window_left, window_right, softcap, alibi_slopes
+        raise ValueError("flash_attn_cuda: window_size with a left edge, softcap, alibi_slopes, dropout_p and "
+                         "attention_varlen need the feature kernels, which this build left out "
+                         "(FLASH_ATTN_CUDA_FEATURES=0); rebuild without that flag")
+    return softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p
+
+
+def _attn_probs(q: torch.Tensor, k: torch.Tensor, rng_state: torch.Tensor, dropout_p: float, softmax_scale: float,
+                causal: bool, window: Tuple[int, int], softcap: float,
+                alibi_slopes: Optional[torch.Tensor]) -> torch.Tensor:
+    """return_attn_probs' tensor for dense q (batch, seqlen_q, nheads, d), k: the softmax
+    probabilities (batch, nheads, seqlen_q, seqlen_k) float32 (a float32 reference computation from
+    q and k), with the elements the kernels dropped negated (FA2's sign encoding of its S_dmask;
+    the mask itself comes from the dropout_mask op, the kernels' own Philox function on this call's
+    rng_state). Kept elements: probs >= 0 (elements with probability 0 carry no information)."""
+    from .reference import attention_probs_ref
+    batch, seqlen_q, nheads, _ = q.shape
+    seqlen_k = k.shape[1]
+    if batch * nheads * seqlen_q * seqlen_k > _ATTN_PROBS_MAX_ELEMENTS:
+        raise ValueError("flash_attn_cuda: return_attn_probs is a testing hook for small shapes "
+                         f"(batch * nheads * seqlen_q * seqlen_k <= {_ATTN_PROBS_MAX_ELEMENTS})")
+    probs = attention_probs_ref(q, k, causal, softmax_scale, window_size=window, softcap=softcap,
+                                alibi_slopes=alibi_slopes)
+    if dropout_p == 0:
+        return probs
+    keep = torch.ops.flash_attn_cuda.dropout_mask(rng_state, batch, nheads, seqlen_q, seqlen_k, dropout_p)
+    return torch.where(keep, probs, -probs)
+
+
+def _attn_probs_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, rng_state, dropout_p,
+                       *options) -> torch.Tensor:
+    """_attn_probs for packed sequences: (batch, nheads, max_seqlen_q, max_seqlen_k), sequence b in
+    [b, :, :len_q, :len_k] (rows and keys counted from its start, as the kernels' mask), zero elsewhere."""
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    batch, nheads = len(starts_q) - 1, q.shape[1]
+    probs = q.new_zeros((batch, nheads, max_seqlen_q, max_seqlen_k), dtype=torch.float32)
+    for b in range(batch):
+        qb = q[starts_q[b]:starts_q[b + 1]].unsqueeze(0)
+        kb = k[starts_k[b]:starts_k[b + 1]].unsqueeze(0)
+        if qb.shape[1] == 0 or kb.shape[1] == 0:
+            continue
+        *head, slopes = options
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[b:b + 1]
+        probs[b:b + 1, :, :qb.shape[1], :kb.shape[1]] = _attn_probs(qb, kb, None, 0.0, *head, slopes)
+    if dropout_p > 0:
+        keep = torch.ops.flash_attn_cuda.dropout_mask(rng_state, batch, nheads, max_seqlen_q, max_seqlen_k, dropout_p)
+        probs = torch.where(keep, probs, -probs)
+    return probs
 
 
 def attention(
@@ -75,8 +117,14 @@ def attention(
         k: (batch, seqlen_k, nheads_k, headdim), same dtype/device; nheads % nheads_k == 0
            (nheads_k < nheads is grouped-query attention: head h reads K/V head h // (nheads // nheads_k)).
         v: (batch, seqlen_k, nheads_k, headdim).
-        dropout_p: must be 0.0 (no attention dropout); here so that flash-attn's positional
-            order (q, k, v, dropout_p, softmax_scale, causal, ...) works unchanged.
+        dropout_p: attention dropout probability in [0, 1) (flash-attn's positional order: q, k, v,
+            dropout_p, softmax_scale, causal, ...). Each element of the softmax probabilities P is
+            dropped with probability p and the kept ones are scaled by 1 / (1 - p), forward and
+            backward, as flash-attn 2 and SDPA do; the mask comes from Philox4x32-10 counters of
+            PyTorch's CUDA default generator (torch.manual_seed reproduces it; each call advances
+            the generator; CUDA-graph safe) and is regenerated in the backward, never stored. p is
+            used at 16-bit resolution (keep iff a 16-bit random number < round((1 - p) * 65536)).
+            Pass 0.0 at inference (no flag follows module.eval()).
         softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
         causal: mask keys after the query, aligned to the bottom-right corner of the score matrix
             (as flash-attn >= 2.1): query i sees keys j <= i + seqlen_k - seqlen_q. Queries that see
@@ -94,7 +142,10 @@ def attention(
             shapes and build. Costs extra float32 dq buffers (one per thread block of a (batch,
             head): about num_SMs / (batch * nheads) of them, at most one per 128 keys) and some
             speed. torch.use_deterministic_algorithms does not switch it on; pass it explicitly.
-        return_attn_probs: must be False (flash-attn's testing-only dropout mask); use return_lse.
+        return_attn_probs: flash-attn's testing hook: also return the attention probabilities
+            (batch, nheads, seqlen_q, seqlen_k) float32, with the elements this call's dropout
+            dropped negated (FA2's sign encoding): recomputed in float32 from q and k, the mask
+            from the kernels' own Philox function (op dropout_mask). Small shapes only.
         return_lse: (keyword) also return the log-sum-exp of each row's scaled scores.
 
     headdim <= 256; one that is not a multiple of 8 is zero-padded to the next one here (a copy
@@ -103,7 +154,8 @@ def attention(
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), the dtype of q; and if return_lse,
-        lse: (batch, nheads, seqlen_q) float32.
+        lse: (batch, nheads, seqlen_q) float32. With return_attn_probs: (out, lse, probs) as
+        flash-attn returns them.
     """
     require_extension()
     if _pad.needs_pad(q, k, v):
@@ -117,11 +169,15 @@ def attention(
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(q, k, v, compiled_head_dims(), compiled_dtypes(),
                            check_device=not compiling and not is_fake(q), check_alignment=not compiling)
-    softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
+    softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p = _checked_options(
         q, q.shape[0], k.shape[1], dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         return_attn_probs, varlen=False)
-    out, lse = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), bool(deterministic),
-                                             window_left, window_right, softcap, alibi_slopes)
+    out, lse, rng_state = torch.ops.flash_attn_cuda.fwd(q, k, v, float(softmax_scale), bool(causal),
+                                                        bool(deterministic), window_left, window_right, softcap,
+                                                        alibi_slopes, dropout_p)
+    if return_attn_probs:
+        return out, lse, _attn_probs(q.detach(), k.detach(), rng_state, dropout_p, float(softmax_scale), bool(causal),
+                                     (window_left, window_right), softcap, alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -155,7 +211,9 @@ def attention_varlen(
         Other options as in attention(), in flash_attn_varlen_func's order; causal and windows
         align each sequence's bottom-right corner.
 
-    Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32.
+    Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32;
+    with return_attn_probs (out, lse, probs), probs (batch, nheads, max_seqlen_q, max_seqlen_k) as
+    in attention(), sequence b in probs[b, :, :len_q, :len_k], rows and keys counted from its start.
     The cu_seqlens values are checked (one device-to-host copy) on the first call with a given
     unmodified pair of tensors, never while torch.compile traces.
     """
@@ -172,13 +230,16 @@ def attention_varlen(
                                    compiled_head_dims(), compiled_dtypes(),
                                    check_device=not compiling and not is_fake(q), check_alignment=not compiling,
                                    check_values=not compiling)
-    softmax_scale, window_left, window_right, softcap, alibi_slopes = _checked_options(
+    softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p = _checked_options(
         q, batch, int(max_seqlen_k), dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         return_attn_probs, varlen=True)
-    out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                                    int(max_seqlen_k), float(softmax_scale), bool(causal),
-                                                    bool(deterministic),
-                                                    window_left, window_right, softcap, alibi_slopes)
+    out, lse, rng_state = torch.ops.flash_attn_cuda.fwd_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale), bool(causal),
+        bool(deterministic), window_left, window_right, softcap, alibi_slopes, dropout_p)
+    if return_attn_probs:
+        return out, lse, _attn_probs_varlen(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                            int(max_seqlen_k), rng_state, dropout_p, float(softmax_scale),
+                                            bool(causal), (window_left, window_right), softcap, alibi_slopes)
     return (out, lse) if return_lse else out
 
 

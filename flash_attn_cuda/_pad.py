@@ -34,7 +34,11 @@ def pad_last(t: torch.Tensor) -> torch.Tensor:
 
 
 def unpad_result(result, d: int, return_lse: bool):
-    """out (..., d_padded) -> (..., d), with the LSE passed through unchanged."""
+    """out (..., d_padded) -> (..., d), with the LSE (and return_attn_probs' probabilities) passed
+    through unchanged."""
+    if isinstance(result, tuple) and len(result) == 3:  # (out, lse, probs)
+        out, lse, probs = result
+        return out[..., :d], lse, probs
     if return_lse:
         out, lse = result
         return out[..., :d], lse

@@ -235,6 +235,16 @@ def check_softcap(softcap: object) -> float:
     return float(softcap)
 
 
+def check_dropout_p(dropout_p: object) -> float:
+    """dropout_p: a float in [0, 1) (each attention probability dropped with that probability and
+    the kept ones scaled by 1 / (1 - p)); 0 = off."""
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool):
+        raise TypeError(f"flash_attn_cuda: dropout_p must be a float, got {type(dropout_p).__name__}")
+    if not (0.0 <= dropout_p < 1.0):  # also NaN
+        raise ValueError(f"flash_attn_cuda: dropout_p must be in [0, 1), got {dropout_p}")
+    return float(dropout_p)
+
+
 def check_softcap_scale(softcap: float, softmax_scale: float) -> None:
     """A checked softcap in range for softmax_scale (the kernels take softmax_scale / softcap, tanh's
     argument scale, and 2 softcap log2(e) as float32). ALiBi combines with any softcap (flash-attn's

@@ -108,6 +108,11 @@ def time_cuda(fn: Callable[[int], object], n_inputs: int, warmup_ms: float = 50.
 
 # ---- what is timed -------------------------------------------------------------------------------
 
+# Attention dropout probability of every timed call (--dropout): ours and SDPA's backends alike
+# (sdpa_cudnn / sdpa_efficient take it too); 0 = none. Dropout draws from the CUDA generator per call.
+DROPOUT_P = 0.0
+
+
 def _sdpa_backend(name: str):
     from torch.nn.attention import SDPBackend
     return {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -127,7 +132,8 @@ def sdpa_fn(impl: str, causal: bool, gqa: str = "", bias: Optional[torch.Tensor]
             group = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, nheads, seqlen, d)
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, **extra)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, dropout_p=DROPOUT_P,
+                                                  **extra)
     return run
 
 
@@ -136,7 +142,7 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     flash_attn_cuda, (batch, nheads, seqlen, d) for SDPA's backends."""
     if impl == "flash_attn_cuda":
         from flash_attn_cuda import attention
-        return lambda q, k, v: attention(q, k, v, causal=causal)
+        return lambda q, k, v: attention(q, k, v, DROPOUT_P, causal=causal)
     if impl in FAMILY_IMPLS:
         return forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal))
     if impl in SMEM_IMPLS:  # the budget wraps every timed call (make_fwd / make_bwd): the backward too
@@ -559,6 +565,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--seqlens", help=f"default {GRID_SEQLENS}; --memory: {MEMORY_SEQLEN}")
     p.add_argument("--causal", default="both", choices=["both", "0", "1"], help="--memory: both means 0")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                   help="attention dropout probability of every timed call, ours and SDPA's (default 0)")
     p.add_argument("--impls", default=",".join(DEFAULT_IMPLS),
                    help=f"subset of {','.join(IMPLS)} (default: all but {','.join(SMEM_IMPLS)})")
     p.add_argument("--tokens", type=int, default=16384, help="batch * seqlen (default 16k)")
@@ -577,6 +585,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "--plot: forward TFLOP/s, or backward TFLOP/s when no forward CSV is given")
     p.add_argument("--title", help="title for --replot (e.g. the GPU, torch version and date of the run)")
     args = p.parse_args(argv)
+    if not 0.0 <= args.dropout < 1.0:
+        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     args.directions = _directions(p, args.directions)
     args.hdims = _int_list(p, args.hdims or (str(MEMORY_HDIM) if args.memory else GRID_HDIMS), "--hdims")
     args.seqlens = _int_list(p, args.seqlens or (str(MEMORY_SEQLEN) if args.memory else GRID_SEQLENS), "--seqlens")
@@ -681,6 +691,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("flash_attn_cuda.bench: no CUDA GPU found; the benchmark needs one.", file=sys.stderr)
         return 2
     info = RunInfo.current(argv, args.dtype)
+    global DROPOUT_P
+    DROPOUT_P = args.dropout
     if args.prefix is None:  # files named after the GPU that measured them
         args.prefix = gpu_slug(info.gpu) + ("_memory" if args.memory else "")
     return run_memory(args, info) if args.memory else run_grid(args, info)

@@ -44,17 +44,18 @@ def _check_packed(name: str, t: object, count: int, ndim: int) -> None:
 class _PackedAttention(torch.autograd.Function):
     """Forward of fwd / fwd_varlen on views of the packed inputs; backward into one packed gradient
     per packed input. cu: None (dense) or (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-    options: (softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes)."""
+    options: (softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes,
+    dropout_p). The forward's rng_state (dropout's seed and offset) is saved for the backward."""
 
     @staticmethod
     def forward(ctx, qkv_or_q, kv, cu, options):
         q, k, v = _split(qkv_or_q, kv)
         if cu is None:
-            out, lse = _ops.fwd(q, k, v, *options)
+            out, lse, rng_state = _ops.fwd(q, k, v, *options)
         else:
-            out, lse = _ops.fwd_varlen(q, k, v, *cu, *options)
+            out, lse, rng_state = _ops.fwd_varlen(q, k, v, *cu, *options)
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(qkv_or_q, kv, out, lse, *((cu[0], cu[1]) if cu is not None else ()))
+        ctx.save_for_backward(qkv_or_q, kv, out, lse, rng_state, *((cu[0], cu[1]) if cu is not None else ()))
         ctx.max_seqlens = None if cu is None else (cu[2], cu[3])
         ctx.options = options
         return out, lse
@@ -64,16 +65,18 @@ class _PackedAttention(torch.autograd.Function):
         if not HAS_BACKWARD:
             raise NotImplementedError("flash_attn_cuda: this build has no backward pass (FLASH_ATTN_CUDA_BACKWARD=0); "
                                       "rebuild without that flag to train with it")
-        qkv_or_q, kv, out, lse, *cu_seqlens = ctx.saved_tensors
+        qkv_or_q, kv, out, lse, rng_state, *cu_seqlens = ctx.saved_tensors
+        rng = rng_state if ctx.options[-1] > 0 else None  # options end in dropout_p
         q, k, v = _split(qkv_or_q, kv)
         d_first = torch.empty_like(qkv_or_q)                     # dqkv, or dq
         d_kv = None if kv is None else torch.empty_like(kv)
         dq, dk, dv = _split(d_first, d_kv)
         dout = dout.contiguous()
         if ctx.max_seqlens is None:
-            _ops.bwd_into(dout, q, k, v, out, lse, dq, dk, dv, *ctx.options)
+            _ops.bwd_into(dout, q, k, v, out, lse, dq, dk, dv, *ctx.options, rng)
         else:
-            _ops.bwd_varlen_into(dout, q, k, v, out, lse, *cu_seqlens, dq, dk, dv, *ctx.max_seqlens, *ctx.options)
+            _ops.bwd_varlen_into(dout, q, k, v, out, lse, *cu_seqlens, dq, dk, dv, *ctx.max_seqlens, *ctx.options,
+                                 rng)
         return d_first, d_kv, None, None
 
 
@@ -92,10 +95,13 @@ def _run(qkv_or_q, kv, cu, dropout_p, softmax_scale, causal, window_size, softca
         _, batch = check_varlen_inputs(q, k, v, *cu, compiled_head_dims(), compiled_dtypes(), **checks,
                                        check_values=not compiling)
         seqlen_k = int(cu[3])
-    scale, left, right, softcap, alibi_slopes = _checked_options(
+    scale, left, right, softcap, alibi_slopes, dropout_p = _checked_options(
         q, batch, seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
         varlen=cu is not None)
-    options = (float(scale), bool(causal), bool(deterministic), left, right, softcap, alibi_slopes)
+    if return_attn_probs:
+        raise ValueError("flash_attn_cuda: return_attn_probs (the dropout testing hook) is served by attention() "
+                         "and attention_varlen(); call those on the unpacked views")
+    options = (float(scale), bool(causal), bool(deterministic), left, right, softcap, alibi_slopes, dropout_p)
     cu = None if cu is None else (cu[0], cu[1], int(cu[2]), int(cu[3]))
     out, lse = _PackedAttention.apply(qkv_or_q, kv, cu, options)
     return (out, lse) if return_lse else out

@@ -103,12 +103,16 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   compute_dtype: Optional[torch.dtype] = torch.float32, *,
                   window_size: Window = (-1, -1), softcap: float = 0.0,
                   alibi_slopes: Optional[torch.Tensor] = None,
-                  key_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                  key_mask: Optional[torch.Tensor] = None,
+                  dropout_mask: Optional[torch.Tensor] = None,
+                  dropout_p: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Naive attention computed in compute_dtype (None: in the inputs' own dtype, which is how
     "PyTorch's error in the low precision" is measured). Scores, masking and shapes as in the
     module docstring. key_mask: bool (seqlen_k,) or (batch, seqlen_k); False hides that key from
     every query, on top of the window rule, which keeps its alignment (shift = seqlen_k - seqlen_q
     counts hidden keys too): left padding of a KV cache, or one split of the key axis.
+    dropout_mask: bool (batch, nheads, seqlen_q, seqlen_k), True = kept: the probabilities are
+    multiplied by dropout_mask / (1 - dropout_p) before P V (the LSE is unchanged).
     Returns (out in compute_dtype, lse)."""
     if compute_dtype is not None:
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
@@ -127,6 +131,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     lse = torch.logsumexp(scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores, dim=-1)
     probs = torch.softmax(scores, dim=-1)
     probs = torch.nan_to_num(probs, nan=0.0)                                # rows with no visible key -> 0
+    if dropout_mask is not None:
+        probs = probs * dropout_mask.to(probs.dtype) * (1.0 / (1.0 - dropout_p))
     out = torch.einsum("bhij,bjhd->bihd", probs, v)                         # (b, sq, h, d)
     return out, lse
 
@@ -135,14 +141,16 @@ def attention_varlen_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
                          cu_seqlens_k: torch.Tensor, causal: bool = False, softmax_scale: Optional[float] = None,
                          compute_dtype: Optional[torch.dtype] = torch.float32, *,
                          window_size: Window = (-1, -1), softcap: float = 0.0,
-                         alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                         alibi_slopes: Optional[torch.Tensor] = None, dropout_mask: Optional[torch.Tensor] = None,
+                         dropout_p: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """attention_ref on each sequence of a packed batch, results packed the same way.
 
     q: (total_q, nheads, d), k/v: (total_k, nheads_k, d); cu_seqlens_q/k: (batch + 1,) int
     prefix sums (sequence b is rows cu[b]:cu[b+1]; empty sequences allowed). alibi_slopes:
     (nheads,) or (batch, nheads). Masking and alibi use each sequence's own lengths.
     Returns out (total_q, nheads, d) in compute_dtype and lse (nheads, total_q) (flash-attn's
-    varlen LSE layout); differentiable in q, k, v through autograd.
+    varlen LSE layout); differentiable in q, k, v through autograd. dropout_mask: bool (batch,
+    nheads, >= max seqlen_q, >= max seqlen_k), sequence b's mask in [b, :, :sq_b, :sk_b].
     """
     starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     outs: List[torch.Tensor] = []
@@ -154,8 +162,12 @@ def attention_varlen_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
         slopes = None
         if alibi_slopes is not None:
             slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+        mask_b = None
+        if dropout_mask is not None:
+            mask_b = dropout_mask[b:b + 1, :, :qb.shape[1], :kb.shape[1]]
         out_b, lse_b = attention_ref(qb, kb, vb, causal, softmax_scale, compute_dtype,
-                                     window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+                                     window_size=window_size, softcap=softcap, alibi_slopes=slopes,
+                                     dropout_mask=mask_b, dropout_p=dropout_p)
         outs.append(out_b[0])                                               # (sq_b, h, d)
         lses.append(lse_b[0])                                               # (h, sq_b)
     if not outs:                                                            # batch == 0
@@ -164,6 +176,87 @@ def attention_varlen_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
         return (q.new_zeros(q.shape, dtype=dtype),
                 q.new_zeros((q.shape[1], q.shape[0]), dtype=lse_dtype))
     return torch.cat(outs, dim=0), torch.cat(lses, dim=1)
+
+
+def attention_probs_ref(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
+                        softmax_scale: Optional[float] = None, *, window_size: Window = (-1, -1),
+                        softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The softmax probabilities (batch, nheads, seqlen_q, seqlen_k) in float32 of attention_ref's
+    scores (0 where a row sees no key)."""
+    q, k = q.float(), k.float()
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    k = _expand_kv(k, q.shape[2])
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    scores = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    if alibi_slopes is not None:
+        scores = scores + alibi_bias(seqlen_q, seqlen_k, alibi_slopes, scores.dtype, q.device)
+    mask = visible_mask(seqlen_q, seqlen_k, causal, q.device, window_size=window_size)
+    return torch.nan_to_num(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1), nan=0.0)
+
+
+# ---------------------------------------------------------------- DROPOUT (csrc/philox.h)
+#
+# Philox4x32-10 (Salmon et al., SC 2011) and the map from a score element (b, h, row, col) to its
+# counter and 16-bit slot, as csrc/philox.h defines them; vectorised over int64 tensors (values kept
+# in [0, 2^32)). tests/test_dropout_cpu.py checks it against known-answer vectors and the C++ header.
+
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 of counters (c0..c3) under key (k0, k1): int64 tensors or ints of 32-bit values
+    (broadcast). Returns the four output words (int64 tensors in [0, 2^32))."""
+    c0, c1, c2, c3 = (torch.as_tensor(c, dtype=torch.int64) for c in (c0, c1, c2, c3))
+    k0, k1 = torch.as_tensor(k0, dtype=torch.int64), torch.as_tensor(k1, dtype=torch.int64)
+    for _ in range(10):
+        hi0, lo0 = _mulhi(c0, 0xD2511F53), _mullo(c0, 0xD2511F53)
+        hi1, lo1 = _mulhi(c2, 0xCD9E8D57), _mullo(c2, 0xCD9E8D57)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0, k1 = (k0 + 0x9E3779B9) & _MASK32, (k1 + 0xBB67AE85) & _MASK32
+    return c0, c1, c2, c3
+
+
+def _mullo(a: torch.Tensor, m: int) -> torch.Tensor:
+    """Low 32 bits of a * m for 32-bit a and m, in int64 without overflow."""
+    return ((a & 0xFFFF) * m + (((a >> 16) * (m & 0xFFFF)) << 16)) & _MASK32
+
+
+def _mulhi(a: torch.Tensor, m: int) -> torch.Tensor:
+    """High 32 bits of a * m for 32-bit a and m, in int64 without overflow (16-bit halves)."""
+    a_lo, a_hi = a & 0xFFFF, a >> 16
+    m_lo, m_hi = m & 0xFFFF, m >> 16
+    mid = ((a_lo * m_lo) >> 16) + ((a_hi * m_lo) & 0xFFFF) + ((a_lo * m_hi) & 0xFFFF)
+    return (a_hi * m_hi + ((a_hi * m_lo) >> 16) + ((a_lo * m_hi) >> 16) + (mid >> 16)) & _MASK32
+
+
+def dropout_threshold(dropout_p: float) -> int:
+    """The kernels' keep threshold for 16-bit random numbers: round((1 - p) * 65536)."""
+    return int(math.floor((1.0 - dropout_p) * 65536.0 + 0.5))
+
+
+def dropout_keep_mask(seed: int, offset: int, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
+                      dropout_p: float, device=None) -> torch.Tensor:
+    """bool (batch, nheads, seqlen_q, seqlen_k): True where the kernels keep a score element of the
+    call whose rng_state is (seed, offset) (csrc/philox.h: counter per (16 rows, 64 columns, lane),
+    one 16-bit number per element)."""
+    b = torch.arange(batch, dtype=torch.int64, device=device).view(-1, 1, 1, 1)
+    h = torch.arange(nheads, dtype=torch.int64, device=device).view(1, -1, 1, 1)
+    row = torch.arange(seqlen_q, dtype=torch.int64, device=device).view(1, 1, -1, 1)
+    col = torch.arange(seqlen_k, dtype=torch.int64, device=device).view(1, 1, 1, -1)
+    offset &= (1 << 64) - 1
+    base_lo = (offset & _MASK32) + b * nheads + h                          # offset + b * nheads + h ...
+    base_hi = ((offset >> 32) + (base_lo >> 32)) & _MASK32                 # ... with its carry
+    lane = (row % 8) * 4 + (col % 8) // 2
+    c0 = (col // 64) * 4 + (col // 8) % 4
+    c1 = (row // 16) * 32 + lane
+    seed &= (1 << 64) - 1
+    out = philox4x32_10(c0, c1, base_lo & _MASK32, base_hi, seed & _MASK32, seed >> 32)
+    slot = ((row // 8) % 2) * 4 + ((col // 32) % 2) * 2 + col % 2
+    word = torch.where(slot < 2, out[0], torch.where(slot < 4, out[1], torch.where(slot < 6, out[2], out[3])))
+    u16 = torch.where(slot % 2 == 0, word & 0xFFFF, word >> 16)
+    return u16 < dropout_threshold(dropout_p)
 
 
 # ---------------------------------------------------------------- BLOCK SKIPPING (csrc/mask.h)

@@ -14,10 +14,12 @@ PyTorch's derivative formulas and meta functions, so the outputs here follow the
 
 The schemas differ between PyTorch versions (2.11: fewer keyword arguments than 2.14): each impl
 takes the positional arguments every version has and the keyword-only ones by name; a keyword this
-module does not know, or a value the kernels cannot serve (dropout_p > 0, return_debug_mask,
-seqused_k, block_table, ALiBi with gradients), raises one RuntimeError naming it.
-rng_state contract: no dropout, so the forward returns zeros (seed (2,), offset () uint64, the
-meta shapes) and the backward ignores them.
+module does not know, or a value the kernels cannot serve (return_debug_mask, seqused_k,
+block_table, ALiBi with gradients), raises one RuntimeError naming it.
+rng_state contract (PyTorch's own flash layout, the meta shapes): the forward returns rng_state
+(2,) uint64 = (seed, offset) of its dropout Philox counters (our fwd op's int64 rng_state viewed as
+uint64; zeros without dropout) and an unused () uint64 zero; the backward regenerates the mask from
+rng_state (viewed back as int64), so a graph-captured pair stays consistent.
 """
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
 
 
 def _check_common(query: torch.Tensor, dropout_p: float, return_debug_mask: bool = False) -> None:
-    if dropout_p != 0.0:
-        raise _unsupported(f"dropout_p={dropout_p} (attention dropout)")
+    if not 0.0 <= dropout_p < 1.0:
+        raise _unsupported(f"dropout_p={dropout_p} (must be in [0, 1))")
     if return_debug_mask:
         raise _unsupported("return_debug_mask=True")
     if query.dtype not in (torch.float16, torch.bfloat16):
@@ -64,8 +66,20 @@ def _no_extra(kwargs: dict, op: str) -> None:
             raise _unsupported(f"{op}(..., {key}=...)")
 
 
-def _rng_placeholders(device: torch.device):
-    return torch.zeros((2,), dtype=torch.uint64, device=device), torch.zeros((), dtype=torch.uint64, device=device)
+def _rng_outputs(rng_state: torch.Tensor, device: torch.device):
+    """(rng_state (2,) uint64, unused () uint64) from our fwd op's int64 rng_state ((0,) without dropout)."""
+    seed = rng_state.view(torch.uint64) if rng_state.numel() == 2 else torch.zeros((2,), dtype=torch.uint64,
+                                                                                   device=device)
+    return seed, torch.zeros((), dtype=torch.uint64, device=device)
+
+
+def _rng_input(rng_state: Optional[torch.Tensor], dropout_p: float) -> Optional[torch.Tensor]:
+    """The backward's rng_state (2,) uint64 as our bwd op takes it (int64), or None without dropout."""
+    if dropout_p == 0.0:
+        return None
+    if rng_state is None or rng_state.numel() != 2:
+        raise _unsupported("dropout_p > 0 without the forward's rng_state")
+    return rng_state.contiguous().view(torch.int64)
 
 
 def _window(left: Optional[int], right: Optional[int]):
@@ -77,8 +91,8 @@ def _deterministic() -> bool:
 
 
 def _forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale, window_left, window_right,
-             alibi_slopes):
-    """(out, lse) of the fwd / fwd_varlen op for BSHD (or packed THD) query/key/value."""
+             alibi_slopes, dropout_p=0.0):
+    """(out, lse, rng_state) of the fwd / fwd_varlen op for BSHD (or packed THD) query/key/value."""
     q, k, v = _ready(query), _ready(key), _ready(value)
     softmax_scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if alibi_slopes is not None and any(t.requires_grad for t in (query, key, value)):
@@ -86,9 +100,10 @@ def _forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, s
                            "slopes)")
     left, right = window_left, (0 if is_causal else window_right)
     if cum_seq_q is None:
-        return _ops.fwd(q, k, v, softmax_scale, bool(is_causal), _deterministic(), left, right, 0.0, alibi_slopes)
+        return _ops.fwd(q, k, v, softmax_scale, bool(is_causal), _deterministic(), left, right, 0.0, alibi_slopes,
+                        float(dropout_p))
     return _ops.fwd_varlen(q, k, v, cum_seq_q, cum_seq_k, int(max_q), int(max_k), softmax_scale, bool(is_causal),
-                           _deterministic(), left, right, 0.0, alibi_slopes)
+                           _deterministic(), left, right, 0.0, alibi_slopes, float(dropout_p))
 
 
 def flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
@@ -101,12 +116,12 @@ def flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_
         raise _unsupported("seqused_k")
     _no_extra(kwargs, "_flash_attention_forward")
     left, right = _window(window_size_left, window_size_right)
-    result, lse = _forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale, left, right,
-                           alibi_slopes)
+    result, lse, rng_state = _forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale, left,
+                                      right, alibi_slopes, dropout_p)
     if out is not None:
         out.copy_(result)
         result = out
-    seed, offset = _rng_placeholders(query.device)
+    seed, offset = _rng_outputs(rng_state, query.device)
     return result, lse, seed, offset, torch.empty(0, dtype=query.dtype, device=query.device)
 
 
@@ -128,10 +143,12 @@ def flash_attention_backward(grad_out, query, key, value, out, logsumexp, cum_se
     q, k, v, o, do = (_ready(t) for t in (query, key, value, out, grad_out))
     softmax_scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     lse = logsumexp.contiguous()
+    rng = _rng_input(rng_state, dropout_p)
     if cum_seq_q is None or cum_seq_q.numel() == 0:
-        return _ops.bwd(do, q, k, v, o, lse, softmax_scale, bool(is_causal), _deterministic(), left, right, 0.0, None)
+        return _ops.bwd(do, q, k, v, o, lse, softmax_scale, bool(is_causal), _deterministic(), left, right, 0.0, None,
+                        float(dropout_p), rng)
     return _ops.bwd_varlen(do, q, k, v, o, lse, cum_seq_q, cum_seq_k, int(max_q), int(max_k), softmax_scale,
-                           bool(is_causal), _deterministic(), left, right, 0.0, None)
+                           bool(is_causal), _deterministic(), left, right, 0.0, None, float(dropout_p), rng)
 
 
 def sdpa_flash_forward(query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
@@ -139,12 +156,12 @@ def sdpa_flash_forward(query, key, value, dropout_p=0.0, is_causal=False, return
     (batch, nheads_k, seqlen_k, d) (nheads_k < nheads: enable_gqa) -> (output like query's layout,
     logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused, debug_attn_mask)."""
     _check_common(query, dropout_p, return_debug_mask)
-    out, lse = _forward(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None, None, None, None,
-                        is_causal, scale, -1, -1, None)
+    out, lse, rng_state = _forward(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None, None, None,
+                                   None, is_causal, scale, -1, -1, None, dropout_p)
     out = out.transpose(1, 2)                       # (batch, nheads, seqlen_q, d) view of the BSHD result
     if out.stride() != query.stride():              # the meta function's layout: empty_like(query)
         out = torch.empty_like(query).copy_(out)
-    seed, offset = _rng_placeholders(query.device)
+    seed, offset = _rng_outputs(rng_state, query.device)
     return (out, lse, None, None, query.shape[2], key.shape[2], seed, offset,
             torch.empty(0, dtype=query.dtype, device=query.device))
 

@@ -263,3 +263,16 @@ def test_smem_impls_set_the_budget_around_every_timed_call(monkeypatch):
     seen.clear()
     bench.make_fwd("flash_attn_cuda", [t[:3] for t in inputs], False, attn=attn)(0)
     assert seen == [None]
+
+
+def test_dropout_option_is_checked_and_reaches_both_sides(monkeypatch):
+    import flash_attn_cuda.bench as bench
+    assert bench.parse_args(["--dropout", "0.1"]).dropout == 0.1 and bench.parse_args([]).dropout == 0.0
+    for bad in ("1.0", "-0.1", "nan"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--dropout", bad])
+    seen = []
+    monkeypatch.setattr(bench, "DROPOUT_P", 0.25)
+    monkeypatch.setattr(bench.F, "scaled_dot_product_attention", lambda *a, **kw: seen.append(kw["dropout_p"]))
+    bench.sdpa_fn("sdpa_flash", False)(None, None, None)
+    assert seen == [0.25]

@@ -55,10 +55,10 @@ def _stand_in_ops(calls):
     1, 2, 3 and recording their (data pointer, storage pointer, shape). Keeping the tensors would
     keep the gradient referenced, and autograd would then copy it into .grad instead of taking it."""
     def fwd(q, k, v, *rest):
-        return q + 1, torch.zeros(q.shape[0], q.shape[2], q.shape[1])
+        return q + 1, torch.zeros(q.shape[0], q.shape[2], q.shape[1]), torch.zeros(0, dtype=torch.int64)
 
     def fwd_varlen(q, k, v, *rest):
-        return q + 1, torch.zeros(q.shape[1], q.shape[0])
+        return q + 1, torch.zeros(q.shape[1], q.shape[0]), torch.zeros(0, dtype=torch.int64)
 
     def bwd_into(dout, q, k, v, out, lse, *rest):
         dq, dk, dv = [x for x in rest if isinstance(x, torch.Tensor) and x.dtype == q.dtype][:3]
@@ -69,7 +69,7 @@ def _stand_in_ops(calls):
     return types.SimpleNamespace(fwd=fwd, fwd_varlen=fwd_varlen, bwd_into=bwd_into, bwd_varlen_into=bwd_into)
 
 
-OPTS = (0.125, False, False, -1, -1, 0.0, None)
+OPTS = (0.125, False, False, -1, -1, 0.0, None, 0.0)  # ..., alibi_slopes, dropout_p
 
 
 @pytest.mark.parametrize("varlen", [False, True])

@@ -68,16 +68,22 @@ def test_impls_take_this_pytorchs_schema(op):
 
 
 def _stand_ins(calls):
-    def fwd(q, k, v, scale, causal, deterministic, left, right, softcap, alibi):
+    def rng_state(dropout_p):  # the fwd ops' third output: int64 (2,) (seed, offset) with dropout, else (0,)
+        return torch.tensor([7, 8] if dropout_p > 0 else [], dtype=torch.int64)
+
+    def fwd(q, k, v, scale, causal, deterministic, left, right, softcap, alibi, dropout_p=0.0):
         calls.append(("fwd", q.shape, k.shape, scale, causal, left, right, alibi))
-        return q.contiguous() * 2, torch.zeros(q.shape[0], q.shape[2], q.shape[1])
+        return q.contiguous() * 2, torch.zeros(q.shape[0], q.shape[2], q.shape[1]), rng_state(dropout_p)
 
-    def fwd_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, deterministic, left, right, softcap, alibi):
+    def fwd_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, deterministic, left, right, softcap, alibi,
+                   dropout_p=0.0):
         calls.append(("fwd_varlen", max_q, max_k, left, right))
-        return q * 2, torch.zeros(q.shape[1], q.shape[0])
+        return q * 2, torch.zeros(q.shape[1], q.shape[0]), rng_state(dropout_p)
 
-    def bwd(dout, q, k, v, out, lse, scale, causal, deterministic, left, right, softcap, alibi):
-        calls.append(("bwd", dout.shape, scale, causal, left, right))
+    def bwd(dout, q, k, v, out, lse, scale, causal, deterministic, left, right, softcap, alibi, dropout_p=0.0,
+            rng=None):
+        calls.append(("bwd", dout.shape, scale, causal, left, right, dropout_p,
+                      None if rng is None else (rng.dtype, rng.tolist())))
         return dout.contiguous(), k.contiguous() + 1, v.contiguous() + 2
 
     return types.SimpleNamespace(fwd=fwd, fwd_varlen=fwd_varlen, bwd=bwd)
@@ -110,7 +116,26 @@ def test_sdpa_backward_transposes(monkeypatch):
     dq, dk, dv = sdpa.sdpa_flash_backward(g, q, k, k, q, torch.zeros(2, 4, 10), None, None, 10, 12, 0.0, False,
                                           None, None, scale=0.5)
     assert torch.equal(dq, g) and torch.equal(dk, k + 1) and torch.equal(dv, k + 2)
-    assert calls == [("bwd", (2, 10, 4, 8), 0.5, False, -1, -1)]
+    assert calls == [("bwd", (2, 10, 4, 8), 0.5, False, -1, -1, 0.0, None)]
+
+
+def test_sdpa_dropout_rng_state_contract(monkeypatch):
+    """Dropout: the forward's rng_state output is our fwd op's int64 (seed, offset) as (2,) uint64
+    (PyTorch's flash layout), and the backward hands it back to our bwd op as int64."""
+    calls = []
+    monkeypatch.setattr(sdpa, "_ops", _stand_ins(calls))
+    q = torch.randn(2, 4, 10, 8, dtype=BF16)
+    result = sdpa.sdpa_flash_forward(q, q, q, 0.3)
+    rng_state, unused = result[6], result[7]
+    assert rng_state.dtype == torch.uint64 and rng_state.shape == (2,) and unused.shape == ()
+    assert rng_state.view(torch.int64).tolist() == [7, 8]
+    sdpa.sdpa_flash_backward(q, q, q, q, q, torch.zeros(2, 4, 10), None, None, 10, 10, 0.3, False, rng_state,
+                             unused)
+    assert calls[-1][-2:] == (0.3, (torch.int64, [7, 8]))
+    no_dropout = sdpa.sdpa_flash_forward(q, q, q, 0.0)
+    assert no_dropout[6].dtype == torch.uint64 and no_dropout[6].shape == (2,)
+    with pytest.raises(RuntimeError, match="without the forward's rng_state"):
+        sdpa.sdpa_flash_backward(q, q, q, q, q, torch.zeros(2, 4, 10), None, None, 10, 10, 0.3, False, None, None)
 
 
 def test_flash_attention_forward_varlen_and_window(monkeypatch):
@@ -127,7 +152,7 @@ def test_flash_attention_forward_varlen_and_window(monkeypatch):
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda q: sdpa.sdpa_flash_forward(q, q, q, 0.1), "dropout_p=0.1"),
+    (lambda q: sdpa.sdpa_flash_forward(q, q, q, 1.0), r"dropout_p=1.0 \(must be in \[0, 1\)\)"),
     (lambda q: sdpa.sdpa_flash_forward(q, q, q, 0.0, False, True), "return_debug_mask"),
     (lambda q: sdpa.sdpa_flash_forward(q.float(), q.float(), q.float()), "dtype torch.float32"),
     (lambda q: sdpa.flash_attention_forward(q, q, q, None, None, 4, 4, 0.0, False, False,

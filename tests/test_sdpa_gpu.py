@@ -88,8 +88,8 @@ def test_varlen_op_runs_our_kernels(ours):
 
 def test_unservable_case_is_one_clear_error(ours):
     q = _bhsd(1, 64, 2, HDIM)
-    with pytest.raises(RuntimeError, match="flash_attn_cuda SDPA backend: dropout_p=0.5"):
-        _sdpa(q, q, q, dropout_p=0.5)
+    with pytest.raises(RuntimeError, match="flash_attn_cuda SDPA backend: return_debug_mask"):
+        torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, False, True)
 
 
 def test_restore_gives_pytorchs_kernels_back():

@@ -78,11 +78,23 @@ def test_unservable_cases_are_one_clear_error(stand_in_kernels):
     k = torch.randn(1, 2, 8, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="float32 activations"):
         backend.attention_forward(attn, q.float(), k.float(), k.float(), None)
-    attn.train()
-    with pytest.raises(ValueError, match=r"attention dropout \(0.1\) in training"):
-        backend.attention_forward(attn, q, k, k, None, dropout=0.1)
     attn.eval()
     with pytest.raises(ValueError, match="attention sinks"):
         backend.attention_forward(attn, q, k, k, None, s_aux=torch.zeros(4))
     with pytest.raises(ValueError, match="4-D attention mask"):
         backend.attention_forward(attn, q, k, k, torch.ones(1, 1, 8, 8, dtype=torch.bool))
+
+
+def test_attention_dropout_only_in_training(monkeypatch):
+    """The layer's attention dropout reaches attention() as dropout_p while training, 0 in eval."""
+    seen = []
+    monkeypatch.setattr(flash_attn_cuda, "attention", lambda *a, dropout_p=0.0, **kw: seen.append(dropout_p) or a[0])
+    model = make_model("llama", backend.NAME)
+    attn = model.model.layers[0].self_attn
+    q = torch.randn(1, 4, 8, 16, dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 8, 16, dtype=torch.bfloat16)
+    attn.train()
+    backend.attention_forward(attn, q, k, k, None, dropout=0.1)
+    attn.eval()
+    backend.attention_forward(attn, q, k, k, None, dropout=0.1)
+    assert seen == [0.1, 0.0]

@@ -143,15 +143,16 @@ def test_autograd_wiring(fake):
     out, lse = attention(q, k, v, causal=True, return_lse=True)
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
-    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse),
-                                options=(0.1, True, False, -1, 0, 0.0))
+    rng_state = torch.empty(0, dtype=torch.int64, device="cuda")  # no dropout
+    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, rng_state),
+                                options=(0.1, True, False, -1, 0, 0.0), dropout_p=0.0)
     if _ops.HAS_BACKWARD:
-        dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None)
+        dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None, None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 7  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi
+        assert nones == [None] * 8  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi, dropout_p
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
-            _ops._fwd_backward(ctx, torch.empty_like(out), None)
+            _ops._fwd_backward(ctx, torch.empty_like(out), None, None)
 
 
 @needs_extension
@@ -169,15 +170,17 @@ def test_varlen_fake_shapes_and_autograd_wiring(fake):
     out, lse = attention_varlen(q, k, v, cu_q, cu_k, 100, 50, causal=True, return_lse=True)
     assert out.shape == q.shape and lse.shape == (8, 150) and lse.dtype == torch.float32
     assert out.requires_grad and not lse.requires_grad
-    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k),
-                                options=(100, 50, 0.1, True, False, -1, 0, 0.0))
+    rng_state = torch.empty(0, dtype=torch.int64, device="cuda")  # no dropout
+    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k,
+                                               rng_state),
+                                options=(100, 50, 0.1, True, False, -1, 0, 0.0), dropout_p=0.0)
     if _ops.HAS_BACKWARD:
-        dq, dk, dv, *nones = _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
+        dq, dk, dv, *nones = _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None, None)
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 11  # cu_seqlens_q/k, max_seqlen_q/k and fwd's seven options
+        assert nones == [None] * 12  # cu_seqlens_q/k, max_seqlen_q/k and fwd's eight options
     else:
         with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
-            _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None)
+            _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None, None)
 
 
 @needs_extension
@@ -218,13 +221,16 @@ def test_flash_attn_positional_order_and_unimplemented_args(fake):
     q, k = t(2, 64, 4, HDIM), t(2, 48, 4, HDIM)
     out = attention(q, k, k, 0.0, 0.25, True)  # flash_attn_func(q, k, v, dropout_p, softmax_scale, causal)
     assert out.shape == q.shape
-    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
-        attention(q, k, k, 0.1)
-    with pytest.raises(ValueError, match="return_lse=True"):
-        attention(q, k, k, return_attn_probs=True)
+    for bad in (-0.1, 1.0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+            attention(q, k, k, bad)
+    with pytest.raises(TypeError, match="dropout_p must be a float"):
+        attention(q, k, k, "0.1")
+    with pytest.raises(TypeError, match="return_attn_probs must be a bool"):
+        attention(q, k, k, return_attn_probs=1)
     cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="dropout_p must be 0.0"):
-        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, 0.5)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        attention_varlen(q[0], q[0], q[0], cu, cu, 64, 64, -0.5)
 
 
 def test_missing_extension_is_one_clear_error(monkeypatch):

@@ -198,7 +198,7 @@ def test_varlen_compile_and_opcheck():
     compiled = grads(torch.compile(loss, fullgraph=True), (q, k, v), torch.tensor(1.0, device="cuda"))
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    out, lse = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_q, cu_k, 100, 200, hdim ** -0.5, True)
+    out, lse, _ = torch.ops.flash_attn_cuda.fwd_varlen(q, k, v, cu_q, cu_k, 100, 200, hdim ** -0.5, True)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # opcheck tests autograd too
     torch.library.opcheck(torch.ops.flash_attn_cuda.fwd_varlen.default,
                           (*leaves, cu_q, cu_k, 100, 200, hdim ** -0.5, True))

@@ -16,8 +16,9 @@ reaches attention(), which runs
 - packed sequences (transformers' cu_seq_lens_q/k keywords, batch 1): attention_varlen directly.
 sliding_window (Mistral, Gemma-2) maps to window_size=(sliding_window - 1, sliding_window - 1) as
 transformers' flash-attn path does (the causal mask keeps the right side at 0), softcap (Gemma-2)
-to softcap. What it cannot serve raises one ValueError naming it: attention dropout during
-training, attention sinks (s_aux), float32 activations, value head dims larger than the query's.
+to softcap, the layer's attention dropout (only while module.training) to dropout_p. What it
+cannot serve raises one ValueError naming it: attention sinks (s_aux), float32 activations, value
+head dims larger than the query's.
 """
 from __future__ import annotations
 
@@ -69,8 +70,6 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """transformers' attention-function signature: query (batch, heads, q_len, d), key/value
     (batch, kv_heads, kv_len, d); returns (output (batch, q_len, heads, d), None)."""
     import flash_attn_cuda
-    if dropout and module.training:
-        raise _unsupported(f"attention dropout ({dropout}) in training")
     if s_aux is not None:
         raise _unsupported("attention sinks (s_aux)")
     if query.dtype not in (torch.float16, torch.bfloat16):
@@ -83,7 +82,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         v = F.pad(v, (0, d - dv))
     causal = bool(module.is_causal if is_causal is None else is_causal)
     window = (-1, -1) if sliding_window is None else (sliding_window - 1, sliding_window - 1)
-    options = dict(softmax_scale=scaling, causal=causal, window_size=window, softcap=softcap or 0.0)
+    options = dict(dropout_p=float(dropout) if module.training else 0.0, softmax_scale=scaling, causal=causal,
+                   window_size=window, softcap=softcap or 0.0)
     batch, q_len = q.shape[0], q.shape[1]
     if kwargs.get("cu_seq_lens_q") is not None and attention_mask is None:   # packed sequences, batch 1
         out = flash_attn_cuda.attention_varlen(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), kwargs["cu_seq_lens_q"],

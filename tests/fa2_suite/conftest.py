@@ -3,7 +3,7 @@ flash_attn_cuda through the `flash_attn` alias package in this directory.
 
 Which of its cases run:
 - not the ones that need what flash_attn_cuda does not have (each skipped with the reason):
-  attention dropout (dropout_p > 0), paged K/V in the varlen function (block_table), a KV cache
+  attention dropout (dropout_p > 0: those cases read return_attn_probs in FA2's S_dmask layout), paged K/V in the varlen function (block_table), a KV cache
   with a head dim that is not a multiple of 8 (the cache is written in place: padding would copy
   it), and head dims / dtypes this build did not compile;
 - of the rest, a fixed sample (FA2_SUITE_SAMPLE cases, default 400, spread over the suite's test
@@ -53,7 +53,8 @@ def _padded(d: int) -> int:
 def skip_reason(name: str, params: dict) -> str:
     """Why flash_attn_cuda cannot serve this case of the suite ('' when it can)."""
     if params.get("dropout_p", 0.0) > 0:
-        return "attention dropout is not implemented in flash_attn_cuda"
+        return ("dropout cases check FA2's S_dmask layout (block-local unnormalised P); flash_attn_cuda's "
+                "return_attn_probs is the normalised P, sign-encoded (tests/test_dropout_gpu.py checks dropout)")
     if name.startswith("test_flash_attn_varlen_causal") and params.get("paged_kv_block_size") is not None:
         return "attention_varlen has no paged K/V (block_table)"
     d = params.get("d")
