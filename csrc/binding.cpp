@@ -142,6 +142,10 @@ std::string smem_limit_text(const at::Tensor& q, int budget_bytes) {
   if (budget_bytes / 1024 < optin_kb) {
     text += ", capped to " + num(int64_t(budget_bytes / 1024)) + " KB by FLASH_ATTN_CUDA_SMEM_BUDGET";
   }
+  if (!flash::kSmemTilesCompiled) {
+    text += "; this build has no small-memory tiles (built with FLASH_ATTN_CUDA_SMEM_TILES=1, or by default when "
+            "FLASH_ATTN_CUDA_ARCHS lists an arch below 9.0)";
+  }
   return text;
 }
 
@@ -834,6 +838,7 @@ std::vector<int64_t> last_bwd_tile() {
 }
 // FLASH_ATTN_CUDA_SMEM_BUDGET as the calls read it now (KB; 0 unset); raises on a bad value.
 int64_t smem_budget_setting() { return smem_budget_from_env(); }
+bool smem_tiles_compiled() { return flash::kSmemTilesCompiled; }
 
 // FLASH_ATTN_CUDA_FAMILY as the forward reads it now: "auto", "sm80" or "sm90"; raises on a bad value.
 std::string fwd_family_setting() { return flash::family_name(family_from_env()); }
@@ -886,6 +891,7 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("last_fwd_tile() -> int[]", &last_fwd_tile);
   m.def("last_bwd_tile() -> int[]", &last_bwd_tile);
   m.def("smem_budget_setting() -> int", &smem_budget_setting);
+  m.def("smem_tiles_compiled() -> bool", &smem_tiles_compiled);
   m.def("fwd_family_setting() -> str", &fwd_family_setting);
   m.def("sm90_by_default() -> bool", &sm90_by_default);
 #ifdef FLASH_ATTN_CUDA_BACKWARD

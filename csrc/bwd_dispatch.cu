@@ -20,10 +20,10 @@ static cudaError_t run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
     case 227:
       return run_bwd_<Element, kHeadDim, 227>(params, stream);
     case 163:
-      if constexpr (bwd_tile_is_own<kHeadDim, 163>()) { return run_bwd_<Element, kHeadDim, 163>(params, stream); }
+      if constexpr (kSmemTilesCompiled && bwd_tile_is_own<kHeadDim, 163>()) { return run_bwd_<Element, kHeadDim, 163>(params, stream); }
       break;
     case 99:
-      if constexpr (bwd_tile_is_own<kHeadDim, 99>()) { return run_bwd_<Element, kHeadDim, 99>(params, stream); }
+      if constexpr (kSmemTilesCompiled && bwd_tile_is_own<kHeadDim, 99>()) { return run_bwd_<Element, kHeadDim, 99>(params, stream); }
       break;
     default:
       break;

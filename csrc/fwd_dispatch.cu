@@ -52,10 +52,10 @@ static cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream) {
     case 227:
       return run_fwd_<Element, kHeadDim, 227>(params, stream);
     case 163:
-      if constexpr (fwd_tile_is_own<kHeadDim, 163>()) { return run_fwd_<Element, kHeadDim, 163>(params, stream); }
+      if constexpr (kSmemTilesCompiled && fwd_tile_is_own<kHeadDim, 163>()) { return run_fwd_<Element, kHeadDim, 163>(params, stream); }
       break;
     case 99:
-      if constexpr (fwd_tile_is_own<kHeadDim, 99>()) { return run_fwd_<Element, kHeadDim, 99>(params, stream); }
+      if constexpr (kSmemTilesCompiled && fwd_tile_is_own<kHeadDim, 99>()) { return run_fwd_<Element, kHeadDim, 99>(params, stream); }
       break;
     default:
       break;

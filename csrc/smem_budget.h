@@ -32,10 +32,21 @@ struct KernelTile {
   int budget_bytes = 0;   // the budget it was picked under
 };
 
-// The first key, largest first, whose tile (smem_of(key) bytes) fits budget_bytes; 0 if none.
+// Whether this build compiled the rows below the default (FLASH_ATTN_CUDA_SMEM_TILES; setup.py defines
+// FLASH_ATTN_CUDA_NO_SMEM_TILES for every source when not, e.g. a 9.0-only build).
+#ifdef FLASH_ATTN_CUDA_NO_SMEM_TILES
+inline constexpr bool kSmemTilesCompiled = false;
+#else
+inline constexpr bool kSmemTilesCompiled = true;
+#endif
+
+// The first key, largest first, whose tile (smem_of(key) bytes) fits budget_bytes; 0 if none. A
+// key below the default is picked only when its tile differs from the larger key's (else the larger
+// one fits too), so without the compiled small rows only the default key is tried.
 template <typename SmemOf>
 constexpr int pick_budget_kb(int budget_bytes, SmemOf smem_of) {
   for (int kb : kSmemBudgetsKB) {
+    if (kb != kDefaultBudgetKB && !kSmemTilesCompiled) { continue; }
     if (smem_of(kb) <= budget_bytes) { return kb; }
   }
   return 0;

@@ -114,6 +114,13 @@ def last_bwd_tile() -> Tile | None:
     return _tile(_ops.last_bwd_tile())
 
 
+def smem_tiles_compiled() -> bool:
+    """Whether this build has the small-memory tiles (the 163 / 99 KB rows; FLASH_ATTN_CUDA_SMEM_TILES at
+    build time): without them FLASH_ATTN_CUDA_SMEM_BUDGET below a tile's needs is refused."""
+    require_extension()
+    return bool(_ops.smem_tiles_compiled())
+
+
 def smem_budget_setting() -> int:
     """FLASH_ATTN_CUDA_SMEM_BUDGET as the calls read it (KB; 0 when unset): a cap on the shared memory
     per block the tile tables may plan for, to run the A100 (163) / sm86-sm89 (99) tiles on any GPU.

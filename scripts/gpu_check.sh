@@ -46,6 +46,8 @@ if [ -z "${CUTLASS_DIR:-}" ] && ! python3 third_party/find_cutlass.py > /dev/nul
 fi
 
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90;90a}
+# The small-memory tiles (A100 / sm86-sm89 rows) too, so the H200 runs them under FLASH_ATTN_CUDA_SMEM_BUDGET.
+export FLASH_ATTN_CUDA_SMEM_TILES=${FLASH_ATTN_CUDA_SMEM_TILES:-1}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
 if [ -n "${PREBUILT:-}" ]; then

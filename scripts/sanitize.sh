@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck, racecheck and synccheck on a small ragged workload (GPU host):
-#   scripts/sanitize.sh [scripts/sanitize_kvcache.py]
+#   scripts/sanitize.sh [scripts/sanitize_kvcache.py | scripts/sanitize_small_tiles.py]
 # One line per tool with its verdict; exits 1 if any tool reports an error.
 set -uo pipefail
 script=${1:-scripts/sanitize_kvcache.py}
@@ -10,7 +10,7 @@ for tool in memcheck racecheck synccheck; do
   PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 \
     python3 "$script" > "$log" 2>&1
   rc=$?
-  echo "sanitize $tool: rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_kvcache" "$log" | tr '\n' ' ')"
+  echo "sanitize $tool: rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^sanitize_" "$log" | tr '\n' ' ')"
   [ $rc -eq 0 ] || status=1
 done
 exit $status

@@ -37,9 +37,32 @@ def test_backward_and_features_flags():
 
 def test_compile_defines_follow_the_flags():
     defines = build_config.compile_defines
-    assert defines(build_config.from_env({})) == ["-DFLASH_ATTN_CUDA_BACKWARD"]
-    assert defines(build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "0", "FLASH_ATTN_CUDA_FEATURES": "0"})) == [
-        "-DFLASH_ATTN_CUDA_NO_FEATURES"]
+    assert defines(build_config.from_env({}, no_gpu)) == ["-DFLASH_ATTN_CUDA_BACKWARD"]
+    assert defines(build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "0", "FLASH_ATTN_CUDA_FEATURES": "0"},
+                                         no_gpu)) == ["-DFLASH_ATTN_CUDA_NO_FEATURES"]
+    assert defines(build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": "90;90a"})) == [
+        "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]
+
+
+@pytest.mark.parametrize("archs,value,expected", [
+    ("80;90;90a", None, True), ("86", "", True), ("89", "auto", True),     # auto: an arch below 9.0 is listed
+    ("90;90a", None, False), ("90", "AUTO", False),                       # a 9.0-only build never launches them
+    ("90;90a", "1", True), ("80;90", "0", False)])                         # forced either way
+def test_smem_tiles_flag(archs, value, expected):
+    env = {"FLASH_ATTN_CUDA_ARCHS": archs}
+    if value is not None:
+        env["FLASH_ATTN_CUDA_SMEM_TILES"] = value
+    assert build_config.from_env(env).smem_tiles is expected
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_SMEM_TILES"):
+        build_config.from_env({**env, "FLASH_ATTN_CUDA_SMEM_TILES": "sometimes"})
+
+
+def test_generator_without_small_tiles_writes_no_smem_rows(tmp_path):
+    files = gen_instantiations.generate(tmp_path, (64, 256), ("bf16",), ("fwd", "bwd"), smem_tiles=True)
+    assert any("_smem" in f for f in files)
+    files = gen_instantiations.generate(tmp_path, (64, 256), ("bf16",), ("fwd", "bwd"), smem_tiles=False)
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == [
+        "bwd_hdim256_bf16.cu", "bwd_hdim64_bf16.cu", "fwd_hdim256_bf16.cu", "fwd_hdim64_bf16.cu"]
 
 
 @pytest.mark.parametrize("text,expected", [("90", (90,)), ("80;90", (80, 90)), ("9.0, 8.0", (80, 90)),

@@ -33,6 +33,18 @@ def _needs_backward_build():
         pytest.skip("built with FLASH_ATTN_CUDA_BACKWARD=0")
 
 
+# Tests that need no small-memory tile (they check the knob's errors).
+_NO_SMALL_TILES_NEEDED = ("test_bad_knob", "test_budget_below_every_tile", "test_without_small_tiles")
+
+
+@pytest.fixture(autouse=True)
+def _needs_small_tiles(request):
+    if request.node.name.startswith(_NO_SMALL_TILES_NEEDED):
+        return
+    if flash_attn_cuda._ops.HAS_EXTENSION and not flash_attn_cuda._ops.smem_tiles_compiled():
+        pytest.skip("built without the small-memory tiles (FLASH_ATTN_CUDA_SMEM_TILES=1 builds them)")
+
+
 def expected_row(direction, hdim, budget_kb):
     """The table row the dispatch must launch under budget_kb: the budget's own row where it has
     one, else the nearest larger budget's row with a tile of its own (227 KB: the default)."""
@@ -182,3 +194,18 @@ def test_budget_below_every_tile_refuses_naming_the_limit(monkeypatch):
     q, k, v = _dense(HDIMS[0], DTYPES[0])
     with pytest.raises(RuntimeError, match=r"capped to 16 KB by FLASH_ATTN_CUDA_SMEM_BUDGET"):
         attention(q, k, v)
+
+
+def test_without_small_tiles_a_budget_that_needs_them_is_refused(monkeypatch):
+    """A build without the 163 / 99 KB rows (FLASH_ATTN_CUDA_SMEM_TILES=0, or a 9.0-only build by
+    default) refuses a budget only those rows fit, naming the build flag."""
+    if flash_attn_cuda._ops.smem_tiles_compiled():
+        pytest.skip("this build has the small-memory tiles")
+    hdim = max(HDIMS)
+    if hdim < 64:
+        pytest.skip("every backward tile up to d = 32 fits 99 KB")
+    monkeypatch.setenv(KNOB, "99")
+    q, k, v = _dense(hdim, DTYPES[0])
+    q.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="FLASH_ATTN_CUDA_SMEM_TILES"):
+        attention(q, k, v).sum().backward()

@@ -9,6 +9,10 @@ setup.py before anything is built, and by the CPU tests).
     FLASH_ATTN_CUDA_FEATURES  "1"          0: no window/softcap/ALiBi/varlen kernels (half the kernels;
                                            those options raise)
     FLASH_ATTN_CUDA_KVCACHE   "1"          0: no KV-cache (decode) kernels; attention_with_kvcache raises
+    FLASH_ATTN_CUDA_SMEM_TILES "auto"      the small-memory tiles (the 163 KB / 99 KB rows of the tile
+                                           tables: A100, sm86/sm89): auto builds them when an arch below
+                                           9.0 is listed (a 9.0-only build never launches them), 1 always
+                                           (the H200 runs them under FLASH_ATTN_CUDA_SMEM_BUDGET), 0 never
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job; MAX_JOBS unset:
                                            one per core, at most one per MEM_PER_JOB_GIB of available
                                            memory (max_jobs)
@@ -58,6 +62,7 @@ class BuildConfig:
     features: bool = True
     kvcache: bool = True
     sm90a: bool = False  # 90a listed: the sm90 forward family is built
+    smem_tiles: bool = True  # the 163 / 99 KB tile rows are built (parse_smem_tiles)
 
 
 def _split(value: str) -> list[str]:
@@ -177,6 +182,14 @@ def parse_bool(name: str, value: str | None, default: bool) -> bool:
     raise ValueError(f"{name}: expected 0/1 (or true/false), got {value!r}")
 
 
+def parse_smem_tiles(value: str | None, archs: Sequence[int]) -> bool:
+    """FLASH_ATTN_CUDA_SMEM_TILES: auto (unset) -> whether an arch below 90 is listed (only GPUs
+    below 9.0 have less than 227 KB of shared memory per block), else 0/1."""
+    if value is None or value.strip().lower() in ("", "auto"):
+        return any(a < 90 for a in archs)
+    return parse_bool("FLASH_ATTN_CUDA_SMEM_TILES", value, True)
+
+
 def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int]]] | None = None) -> BuildConfig:
     """The build's flags; probe lists the visible GPUs' compute capabilities (resolve_archs)."""
     archs, sm90a, _ = resolve_archs(env, probe)
@@ -188,6 +201,7 @@ def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int
         backward=parse_bool("FLASH_ATTN_CUDA_BACKWARD", env.get("FLASH_ATTN_CUDA_BACKWARD"), True),
         features=parse_bool("FLASH_ATTN_CUDA_FEATURES", env.get("FLASH_ATTN_CUDA_FEATURES"), True),
         kvcache=parse_bool("FLASH_ATTN_CUDA_KVCACHE", env.get("FLASH_ATTN_CUDA_KVCACHE"), True),
+        smem_tiles=parse_smem_tiles(env.get("FLASH_ATTN_CUDA_SMEM_TILES"), archs),
     )
 
 
@@ -210,7 +224,8 @@ def family_gencode_flags(family: str, cfg: BuildConfig) -> list[str]:
 def compile_defines(cfg: BuildConfig) -> list[str]:
     """-D flags every source (C++ and CUDA, extension and C++ benchmarks) is compiled with."""
     return ((["-DFLASH_ATTN_CUDA_BACKWARD"] if cfg.backward else []) +
-            ([] if cfg.features else ["-DFLASH_ATTN_CUDA_NO_FEATURES"]))
+            ([] if cfg.features else ["-DFLASH_ATTN_CUDA_NO_FEATURES"]) +
+            ([] if cfg.smem_tiles else ["-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]))
 
 
 def nvcc_gencode_flags(archs: tuple[int, ...]) -> list[str]:

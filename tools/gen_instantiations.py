@@ -106,8 +106,10 @@ def _write_if_changed(path: pathlib.Path, text: str) -> None:
         path.write_text(text)
 
 
-def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), families=("sm80",)) -> list[str]:
-    """Writes the files for this build, removes stale ones; returns the .cu paths."""
+def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), families=("sm80",),
+             smem_tiles: bool = True) -> list[str]:
+    """Writes the files for this build, removes stale ones; returns the .cu paths. smem_tiles: the
+    SMEM_TILES rows too (build_config.parse_smem_tiles)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = []
@@ -119,7 +121,7 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
                 path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}.cu"
                 _write_if_changed(path, instantiation_source(direction, hdim, dtype, family))
                 sources.append(str(path))
-                for kb in smem_budgets(family, direction, hdim):
+                for kb in smem_budgets(family, direction, hdim) if smem_tiles else ():
                     path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}_smem{kb}.cu"
                     _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, kb))
                     sources.append(str(path))
@@ -144,7 +146,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = build_config.from_env(os.environ)
     files = generate(args.out, build_config.parse_head_dims(args.hdims), build_config.parse_dtypes(args.dtypes),
-                     build_config.directions(cfg), build_config.families(cfg))
+                     build_config.directions(cfg), build_config.families(cfg), cfg.smem_tiles)
     print("\n".join(files))
 
 
