@@ -111,24 +111,13 @@ FLASH_BWD_TILE(256, 99,  32,     32,     4,    2,  2,  2, 1)
 // The tile of head dim kHeadDim the dispatch launches under budget_bytes (budget_kb 0: none fits).
 template <int kHeadDim>
 KernelTile bwd_tile_under(int budget_bytes) {
-  auto smem_of = [](int kb) {
-    return kb == 227 ? BwdTraitsFor<kHeadDim, cutlass::half_t, 227>::kSmemBytes
-         : kb == 163 ? BwdTraitsFor<kHeadDim, cutlass::half_t, 163>::kSmemBytes
-                     : BwdTraitsFor<kHeadDim, cutlass::half_t, 99>::kSmemBytes;
-  };
-  KernelTile tile;
-  tile.budget_bytes = budget_bytes;
-  tile.budget_kb = pick_budget_kb(budget_bytes, smem_of);
-  auto fill = [&](auto cfg) {
-    using Cfg = decltype(cfg);
-    tile.block_m = Cfg::kBlockM, tile.block_n = Cfg::kBlockN, tile.warps = Cfg::kNWarps;
-    tile.q_stages = Cfg::kQStages;
-  };
-  if (tile.budget_kb == 227) { fill(BwdTileConfig<kHeadDim, 227>{}); }
-  if (tile.budget_kb == 163) { fill(BwdTileConfig<kHeadDim, 163>{}); }
-  if (tile.budget_kb == 99) { fill(BwdTileConfig<kHeadDim, 99>{}); }
-  if (tile.budget_kb != 0) { tile.smem_bytes = smem_of(tile.budget_kb); }
-  return tile;
+  return tile_under(budget_bytes, [](auto kb) {
+    using Cfg = BwdTileConfig<kHeadDim, decltype(kb)::value>;
+    KernelTile row;
+    row.block_m = Cfg::kBlockM, row.block_n = Cfg::kBlockN, row.warps = Cfg::kNWarps, row.q_stages = Cfg::kQStages;
+    row.smem_bytes = BwdTraitsFor<kHeadDim, cutlass::half_t, decltype(kb)::value>::kSmemBytes;
+    return row;
+  });
 }
 
 // Defined in bwd_launch.h, instantiated once per (element type, compiled head dim, budget row with

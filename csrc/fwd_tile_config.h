@@ -94,23 +94,13 @@ FLASH_FWD_TILE(256, 99,  64,     64,     4,    true)
 // The tile of head dim kHeadDim the dispatch launches under budget_bytes (budget_kb 0: none fits).
 template <int kHeadDim>
 KernelTile fwd_tile_under(int budget_bytes) {
-  auto smem_of = [](int kb) {
-    return kb == 227 ? FwdTraitsFor<kHeadDim, 227>::kSmemBytes
-         : kb == 163 ? FwdTraitsFor<kHeadDim, 163>::kSmemBytes
-                     : FwdTraitsFor<kHeadDim, 99>::kSmemBytes;
-  };
-  KernelTile tile;
-  tile.budget_bytes = budget_bytes;
-  tile.budget_kb = pick_budget_kb(budget_bytes, smem_of);
-  auto fill = [&](auto cfg) {
-    using Cfg = decltype(cfg);
-    tile.block_m = Cfg::kBlockM, tile.block_n = Cfg::kBlockN, tile.warps = Cfg::kNWarps;
-  };
-  if (tile.budget_kb == 227) { fill(FwdTileConfig<kHeadDim, 227>{}); }
-  if (tile.budget_kb == 163) { fill(FwdTileConfig<kHeadDim, 163>{}); }
-  if (tile.budget_kb == 99) { fill(FwdTileConfig<kHeadDim, 99>{}); }
-  if (tile.budget_kb != 0) { tile.smem_bytes = smem_of(tile.budget_kb); }
-  return tile;
+  return tile_under(budget_bytes, [](auto kb) {
+    using Cfg = FwdTileConfig<kHeadDim, decltype(kb)::value>;
+    KernelTile row;
+    row.block_m = Cfg::kBlockM, row.block_n = Cfg::kBlockN, row.warps = Cfg::kNWarps;
+    row.smem_bytes = FwdTraitsFor<kHeadDim, decltype(kb)::value>::kSmemBytes;
+    return row;
+  });
 }
 
 // One instantiation per (element type, compiled head dim, budget row with a tile of its own):

@@ -13,6 +13,8 @@
 // FLASH_ATTN_CUDA_SMEM_BUDGET (KB; a testing knob that lets the H200 run the small tiles).
 #pragma once
 
+#include <type_traits>
+
 namespace flash {
 
 // Table keys in KB, largest first (the order the dispatch tries them in).
@@ -50,6 +52,22 @@ constexpr int pick_budget_kb(int budget_bytes, SmemOf smem_of) {
     if (smem_of(kb) <= budget_bytes) { return kb; }
   }
   return 0;
+}
+
+// The tile a table launches under budget_bytes. row_at(std::integral_constant<int, KB>{}) returns
+// the table's row at key KB as a KernelTile (block_m, block_n, warps, q_stages, smem_bytes); the
+// result is the picked row with its key and the budget filled in (budget_kb 0: none fits).
+template <typename RowAt>
+KernelTile tile_under(int budget_bytes, RowAt row_at) {
+  const KernelTile rows[] = {row_at(std::integral_constant<int, 227>{}), row_at(std::integral_constant<int, 163>{}),
+                             row_at(std::integral_constant<int, 99>{})};
+  static_assert(sizeof(rows) / sizeof(rows[0]) == sizeof(kSmemBudgetsKB) / sizeof(kSmemBudgetsKB[0]));
+  auto row_of = [&](int kb) -> const KernelTile& { return rows[kb == 227 ? 0 : kb == 163 ? 1 : 2]; };
+  const int budget_kb = pick_budget_kb(budget_bytes, [&](int kb) { return row_of(kb).smem_bytes; });
+  KernelTile tile = budget_kb != 0 ? row_of(budget_kb) : KernelTile{};
+  tile.budget_kb = budget_kb;
+  tile.budget_bytes = budget_bytes;
+  return tile;
 }
 
 }  // namespace flash
