@@ -209,3 +209,19 @@ def test_without_small_tiles_a_budget_that_needs_them_is_refused(monkeypatch):
     q.requires_grad_(True)
     with pytest.raises(RuntimeError, match="FLASH_ATTN_CUDA_SMEM_TILES"):
         attention(q, k, v).sum().backward()
+
+
+def test_dropout_backward_on_a_32_key_tile_is_one_clear_error(monkeypatch):
+    """The 99 KB backward rows 32 keys wide (d >= 192) have no dropout kernel (dropout works on 16 x 64
+    chunks): the backward raises naming it; the forward and the dropout-free backward still run."""
+    wide = [d for d in HDIMS if d >= 192]
+    if not wide or not flash_attn_cuda._ops.HAS_FEATURES:
+        pytest.skip("needs a head dim >= 192 and the feature kernels")
+    monkeypatch.setenv(KNOB, "99")
+    q, k, v = _dense(wide[0], DTYPES[0])
+    q.requires_grad_(True)
+    out = attention(q, k, v, 0.1)
+    with pytest.raises(RuntimeError, match="64 keys wide"):
+        out.sum().backward()
+    attention(q, k, v).sum().backward()
+    assert flash_attn_cuda._ops.last_bwd_tile().block_n == 32
