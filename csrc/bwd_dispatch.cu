@@ -16,19 +16,9 @@ namespace flash {
 // launched (the binding refuses first, naming the GPU and its limit).
 template <typename Element, int kHeadDim>
 static cudaError_t run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
-  switch (bwd_tile_under<kHeadDim>(smem_budget_bytes(params)).budget_kb) {
-    case 227:
-      return run_bwd_<Element, kHeadDim, 227>(params, stream);
-    case 163:
-      if constexpr (kSmemTilesCompiled && bwd_tile_is_own<kHeadDim, 163>()) { return run_bwd_<Element, kHeadDim, 163>(params, stream); }
-      break;
-    case 99:
-      if constexpr (kSmemTilesCompiled && bwd_tile_is_own<kHeadDim, 99>()) { return run_bwd_<Element, kHeadDim, 99>(params, stream); }
-      break;
-    default:
-      break;
-  }
-  return cudaErrorInvalidConfiguration;
+  return launch_budget_row<bwd_tile_is_own<kHeadDim, 163>(), bwd_tile_is_own<kHeadDim, 99>()>(
+      bwd_tile_under<kHeadDim>(smem_budget_bytes(params)).budget_kb,
+      [&](auto kb) { return run_bwd_<Element, kHeadDim, decltype(kb)::value>(params, stream); });
 }
 
 template <typename Element>

@@ -19,25 +19,26 @@ namespace flash {
 
 // ---- shared-memory budget (smem_budget.h)
 
-// cudaDevAttrMaxSharedMemoryPerBlockOptin of the current device, cached per device (0 = not asked
-// yet): a driver call on every call otherwise. 0 on a CUDA error (nothing fits; the launch reports).
-static int current_device_smem_optin() {
+// An attribute of the current device, cached per (attribute, device): a driver call on every call
+// otherwise. 0 on a CUDA error (uncached, asked again next time).
+template <cudaDeviceAttr kAttr>
+static int current_device_attribute() {
   constexpr int kCachedDevices = 64;
-  static std::atomic<int> cache[kCachedDevices] = {};
+  static std::atomic<int> cache[kCachedDevices] = {};  // value + 1; 0 = not asked yet
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) { return 0; }
   const bool cached = device >= 0 && device < kCachedDevices;
   if (cached) {
-    if (int known = cache[device].load(std::memory_order_relaxed)) { return known; }
+    if (int known = cache[device].load(std::memory_order_relaxed)) { return known - 1; }
   }
-  int optin = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) { return 0; }
-  if (cached) { cache[device].store(optin, std::memory_order_relaxed); }
-  return optin;
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, kAttr, device) != cudaSuccess) { return 0; }
+  if (cached) { cache[device].store(value + 1, std::memory_order_relaxed); }
+  return value;
 }
 
 int smem_budget_bytes(const FwdParams& params) {
-  const int optin = current_device_smem_optin();
+  const int optin = current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
   return params.smem_budget_kb > 0 ? std::min(optin, params.smem_budget_kb * 1024) : optin;
 }
 
@@ -48,19 +49,9 @@ int smem_budget_bytes(const FwdParams& params) {
 // binding refuses first, naming the GPU and its limit).
 template <typename Element, int kHeadDim>
 static cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream) {
-  switch (fwd_tile_under<kHeadDim>(smem_budget_bytes(params)).budget_kb) {
-    case 227:
-      return run_fwd_<Element, kHeadDim, 227>(params, stream);
-    case 163:
-      if constexpr (kSmemTilesCompiled && fwd_tile_is_own<kHeadDim, 163>()) { return run_fwd_<Element, kHeadDim, 163>(params, stream); }
-      break;
-    case 99:
-      if constexpr (kSmemTilesCompiled && fwd_tile_is_own<kHeadDim, 99>()) { return run_fwd_<Element, kHeadDim, 99>(params, stream); }
-      break;
-    default:
-      break;
-  }
-  return cudaErrorInvalidConfiguration;
+  return launch_budget_row<fwd_tile_is_own<kHeadDim, 163>(), fwd_tile_is_own<kHeadDim, 99>()>(
+      fwd_tile_under<kHeadDim>(smem_budget_bytes(params)).budget_kb,
+      [&](auto kb) { return run_fwd_<Element, kHeadDim, decltype(kb)::value>(params, stream); });
 }
 
 template <typename Element>
@@ -140,20 +131,8 @@ static bool sm90_compiled(DType dtype, int headdim_rounded) {
 // query is a driver call on every forward otherwise. Any CUDA error reads as "no" (sm80 runs and
 // reports it).
 static bool current_device_is_sm90() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cache[kCachedDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) { return false; }
-  if (device >= 0 && device < kCachedDevices) {
-    if (int known = cache[device].load(std::memory_order_relaxed)) { return known == 2; }
-  }
-  int major = 0, minor = 0;
-  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-  if (!ok) { return false; }
-  const bool sm90 = major == 9 && minor == 0;
-  if (device >= 0 && device < kCachedDevices) { cache[device].store(sm90 ? 2 : 1, std::memory_order_relaxed); }
-  return sm90;
+  return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
+         current_device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
 }
 
 // The sm90 family's tiles are sized for the whole 227 KB of compute capability 9.0 (sm90/fwd_traits.h

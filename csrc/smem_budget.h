@@ -13,6 +13,8 @@
 // FLASH_ATTN_CUDA_SMEM_BUDGET (KB; a testing knob that lets the H200 run the small tiles).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <type_traits>
 
 namespace flash {
@@ -68,6 +70,27 @@ KernelTile tile_under(int budget_bytes, RowAt row_at) {
   tile.budget_kb = budget_kb;
   tile.budget_bytes = budget_bytes;
   return tile;
+}
+
+// Runs launch(std::integral_constant<int, KB>{}) for the row budget_kb a picker chose
+// (fwd_tile_under / bwd_tile_under): the default row always, a smaller one where it holds a tile of
+// its own (kOwn163 / kOwn99: one instantiation each) and the build compiled the small rows. Anything
+// else launches nothing: cudaErrorInvalidConfiguration (the binding refuses first, naming the limit).
+template <bool kOwn163, bool kOwn99, typename Launch>
+cudaError_t launch_budget_row(int budget_kb, Launch&& launch) {
+  switch (budget_kb) {
+    case 227:
+      return launch(std::integral_constant<int, 227>{});
+    case 163:
+      if constexpr (kSmemTilesCompiled && kOwn163) { return launch(std::integral_constant<int, 163>{}); }
+      break;
+    case 99:
+      if constexpr (kSmemTilesCompiled && kOwn99) { return launch(std::integral_constant<int, 99>{}); }
+      break;
+    default:
+      break;
+  }
+  return cudaErrorInvalidConfiguration;
 }
 
 }  // namespace flash
