@@ -11,7 +11,9 @@ namespace flash::sm90 {
 
 // Runs the sm90 forward on `stream` (TMA + wgmma + warp specialisation). The caller has checked
 // fwd_supports(params) and that the device is compute capability 9.0. Returns the launch's status.
-template <typename Element, int kHeadDim>
+// kDropout: the dropout variant (its own instantiation, sm90_fwd_hdim<D>_<dtype>_dropout.cu), for
+// exactly the calls with dropout_p > 0 (cudaErrorInvalidValue otherwise).
+template <typename Element, int kHeadDim, bool kDropout = false>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);
 
 // Whether the sm90 forward implements this call's options (head dim, masks, score modifiers,

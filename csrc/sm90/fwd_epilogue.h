@@ -1,6 +1,8 @@
 // Epilogue of the sm90 forward, per consumer warpgroup: normalise O, write it as Element into
 // the warpgroup's 64 rows of shared memory (the Q rows it no longer reads), one thread issues the
 // TMA store (TMA clips rows >= seqlen_q), and the quad leaders write the LSE of rows < seqlen_q.
+// kDropout: O is also scaled by rp_dropout = 1 / (1 - p) (folded into 1 / row sum; the LSE is the
+// undropped softmax's).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,7 +17,7 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-template <class Traits>
+template <class Traits, bool kDropout>
 struct FwdEpilogue {
   using Element = typename Traits::Element;
   static constexpr int kRows = 2;
@@ -24,9 +26,14 @@ struct FwdEpilogue {
   // in global memory; lse_row: lse of the warpgroup's first row (nullptr-free: lse is required).
   template <class TensorO, class SO, class GO, class TmaO>
   CUTE_DEVICE static void run(TensorO& tOrO, OnlineSoftmax<kRows>& softmax, SO& sO, GO const& gO_tma,
-                              TmaO const& tma_o, float* lse_head, int row0, int seqlen_q, int cwg, int tid) {
+                              TmaO const& tma_o, float* lse_head, int row0, int seqlen_q, int cwg, int tid,
+                              float rp_dropout) {
     float inv[kRows], lse[kRows];
     softmax.finalize(inv, lse);
+    if constexpr (kDropout) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) { inv[r] *= rp_dropout; }
+    }
     Tensor o = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
     scale_rows(o, inv);
 

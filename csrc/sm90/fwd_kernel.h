@@ -3,6 +3,8 @@
 //     and every K and V block through two PipelineTmaAsync pipelines of Traits::kStages stages;
 //   warpgroups 1, 2 (consumers, 240 registers): fwd_mainloop.h, then fwd_epilogue.h.
 // Blocks that no query row of the tile sees are never loaded: causal tiles stop at the diagonal.
+// kDropout: attention dropout (dropout.h) in the consumers' softmax, a variant of its own
+// (instantiations/sm90_fwd_*_dropout.cu) so the plain kernels compile exactly as without it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -10,6 +12,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "../dropout.h"
 #include "../params.h"
 #include "fwd_epilogue.h"
 #include "fwd_mainloop.h"
@@ -33,7 +36,7 @@ CUTE_DEVICE void kv_block_range(const FwdParams& p, int m0, int& n_min, int& n_m
   }
 }
 
-template <class Traits, bool kCausal>
+template <class Traits, bool kCausal, bool kDropout>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(CUTE_GRID_CONSTANT typename FwdTma<Traits>::Params const kp) {
   using Element = typename Traits::Element;
@@ -45,6 +48,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
   const FwdParams& p = kp.p;
+  if constexpr (kDropout) { write_rng_state(p); }  // thread 0 of block (0, 0, 0), before any return
 
   const int wg = cutlass::canonical_warp_group_idx();
   // Causal: the tiles of a head run longest first (the last query rows see the most keys).
@@ -115,15 +119,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor tOrO = partition_fragment_C(typename Traits::MmaPV{}, select<0, 1>(typename Traits::TilePV{}));  // ((2,2,d/8),1,1)
   clear(tOrO);
   OnlineSoftmax<2> softmax(p.scale_log2);
+  DropoutRng rng{};  // only the kDropout variant reads it
+  if constexpr (kDropout) { rng = dropout_rng(p, batch, head); }
   Tensor sQ = sQ_wg(cwg);
   if (n_max > n_min) {
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_q, 0);
-    FwdMainloop<Traits, kCausal>::run(sQ, sK, sVt, pipe_k, pipe_v, tOrO, softmax, cwg, tid, m0, n_min, n_max,
-                                      p.seqlen_q, p.seqlen_k);
+    FwdMainloop<Traits, kCausal, kDropout>::run(sQ, sK, sVt, pipe_k, pipe_v, tOrO, softmax, rng, cwg, tid, m0, n_min,
+                                                n_max, p.seqlen_q, p.seqlen_k);
   }
   Tensor gO = local_tile(mO(_, _, head, batch), WGTile{}, make_coord(m_block * Traits::kNConsumerWG + cwg, _0{}));
   float* lse_head = p.lse_ptr + (int64_t(batch) * p.nheads + head) * p.seqlen_q;
-  FwdEpilogue<Traits>::run(tOrO, softmax, sQ, gO, kp.tma_o, lse_head, m0 + kWGRows * cwg, p.seqlen_q, cwg, tid);
+  FwdEpilogue<Traits, kDropout>::run(tOrO, softmax, sQ, gO, kp.tma_o, lse_head, m0 + kWGRows * cwg, p.seqlen_q, cwg,
+                                     tid, p.rp_dropout);
 }
 
 }  // namespace flash::sm90

@@ -1,6 +1,7 @@
 // Launch of the sm90 forward (definitions of run_fwd_ for the instantiation TUs, which are
 // compiled for sm_90a alone): TMA descriptors from FwdParams, grid, shared-memory opt-in, launch.
-// Causal is chosen at run time here; both kernels live in the one translation unit.
+// Causal is chosen at run time here; both kernels live in the one translation unit. Dropout is a
+// template argument: its variant (kDropout, with the tile table's kBlockNDropout) has units of its own.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,9 +14,9 @@
 
 namespace flash::sm90 {
 
-template <class Traits, bool kCausal>
+template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
-  auto kernel = &fwd_kernel<Traits, kCausal>;
+  auto kernel = &fwd_kernel<Traits, kCausal, kDropout>;
   constexpr int kSmem = Traits::kSmemBytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
@@ -25,18 +26,21 @@ cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStr
   return cudaGetLastError();
 }
 
-// Any tile (the C++ harness times several); run_fwd_ uses the tile table's.
-template <class Traits>
+// Any tile (the C++ harness times several); run_fwd_ uses the tile table's. The variant must match
+// the call: a dropout call on the plain kernel (or the reverse) is an error, never a silent no-op.
+template <class Traits, bool kDropout = false>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
+  if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = FwdTma<Traits>::make_params(params);
   const bool causal = params.window_left < 0 && params.window_right == 0;
-  return causal ? launch_fwd_kernel<Traits, true>(kp, stream) : launch_fwd_kernel<Traits, false>(kp, stream);
+  return causal ? launch_fwd_kernel<Traits, true, kDropout>(kp, stream)
+                : launch_fwd_kernel<Traits, false, kDropout>(kp, stream);
 }
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
-  return launch_fwd<FwdTraitsFor<Element, kHeadDim>>(params, stream);
+  return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout>(params, stream);
 }
 
 }  // namespace flash::sm90

@@ -6,11 +6,18 @@
 //   of S_j while the PV GEMM is still in flight; the GEMM issue of one warpgroup is ordered after
 //   the other's by two named barriers, so one warpgroup's softmax overlaps the other's GEMMs.
 // Without kOverlap each block is S = QK^T, wait, softmax, O += PV, wait (the reference variant).
+//
+// kDropout: after the softmax of a block (its row sums taken from the undropped P, so the LSE is
+// unchanged) the dropped elements of P become 0 (dropout.h; 1 / (1 - p) is folded into the
+// epilogue's normalisation). With kOverlap the Philox rounds run while the PV GEMM of the block
+// before is still in flight, like the exponentials.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "../dropout.h"
+#include "../params.h"
 #include "fwd_layouts.h"
 #include "fwd_mask.h"
 #include "fwd_softmax.h"
@@ -42,7 +49,7 @@ CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
   if constexpr (kRS) { warpgroup_fence_operand(const_cast<TA&>(a)); }
 }
 
-template <class Traits, bool kCausal>
+template <class Traits, bool kCausal, bool kDropout>
 struct FwdMainloop {
   using Element = typename Traits::Element;
   using Pipeline = typename Traits::Pipeline;
@@ -50,13 +57,15 @@ struct FwdMainloop {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kRows = 2;  // rows of S per thread (64-row wgmma accumulator)
+  static_assert(!kDropout || dropout_tile(kBlockN), "dropout needs key blocks of whole 64-column Philox chunks");
 
-  // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the CTA.
-  // On return tOrO holds the unnormalised O and softmax the row statistics.
+  // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the CTA; rng: this
+  // (batch, head)'s dropout generator (read with kDropout only).
+  // On return tOrO holds the unnormalised O (of the dropped P) and softmax the row statistics.
   template <class SQ, class SK, class SVt, class TensorO>
   CUTE_DEVICE static void run(SQ const& sQ, SK const& sK, SVt const& sVt, Pipeline& pipe_k, Pipeline& pipe_v,
-                              TensorO& tOrO, OnlineSoftmax<kRows>& softmax, int cwg, int tid, int m0,
-                              int n_min, int n_max, int seqlen_q, int seqlen_k) {
+                              TensorO& tOrO, OnlineSoftmax<kRows>& softmax, const DropoutRng& rng, int cwg,
+                              int tid, int m0, int n_min, int n_max, int seqlen_q, int seqlen_k) {
     typename Traits::MmaQK mma_qk;
     typename Traits::MmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
@@ -84,6 +93,12 @@ struct FwdMainloop {
         apply_mask<kCausal>(s, tScS_rc, row0, n * kBlockN, seqlen_q, seqlen_k);
       }
     };
+    // The wgmma accumulator of one warp is the SM80 16 x 8 C fragment repeated across the columns
+    // (fwd_layouts.h): apply_dropout's one-warp-across-the-columns form; rows and keys counted from
+    // the sequence's start (row0 + local row, n * kBlockN + local column), as philox.h maps them.
+    auto drop = [&](int n) {
+      if constexpr (kDropout) { apply_dropout<1, false>(s, tScS_rc, rng, row0, n * kBlockN); }
+    };
     auto to_p = [&]() {
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) { rP(i) = Element(tSrS(i)); }
@@ -99,6 +114,7 @@ struct FwdMainloop {
         ++st_k;
         mask(n);
         softmax.step(s, corr);
+        drop(n);
         scale_rows(o, corr);
         to_p();
         pipe_v.consumer_wait(st_v);
@@ -128,6 +144,7 @@ struct FwdMainloop {
     ++st_k;
     mask(n_max - 1);
     softmax.step(s, corr);
+    drop(n_max - 1);
     to_p();
 
     for (int n = n_max - 2; n >= n_min; --n) {
@@ -143,6 +160,7 @@ struct FwdMainloop {
       ++st_k;
       mask(n);
       softmax.step(s, corr);
+      drop(n);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(rP);

@@ -1,4 +1,6 @@
 // Tile choice of the sm90 forward per head dim (kBlockM = 128: two consumer warpgroups of 64 rows).
+// kBlockNDropout: the key-block width of the dropout variant (kDropout, fwd_kernel.h), which needs
+// whole 16 x 64 Philox chunks per block (dropout.h apply_dropout: kBlockN % 64 == 0).
 // Numbers: H200, bf16, TFLOP/s on the FA2 grid (batch * seqlen = 16k, hidden 2048), filled in as
 // measured (benchmarks/NOTES.md, "Hopper forward (issue 11)").
 #pragma once
@@ -18,6 +20,7 @@ struct FwdTile;
 template <>
 struct FwdTile<64> {
   static constexpr int kBlockN = 128;
+  static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
 };
 
@@ -32,6 +35,7 @@ struct FwdTile<64> {
 template <>
 struct FwdTile<128> {
   static constexpr int kBlockN = 128;
+  static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
 };
 
@@ -39,14 +43,17 @@ struct FwdTile<128> {
 // registers per consumer thread, S 40, P 20. H200 bf16, 1k / 4k / 16k (run 2; sm80 257.5 /
 // 281.7 / 315.7, causal 185.0 / 239.5 / 312.9):
 //   128 x 80: 556.8 / 733.5 / 706.6, causal 358.0 / 579.6 / 771.6  <- chosen
-//   128 x 64: 512.9 / 629.1 / 611.6, causal 347.9 / 550.6 / 730.7
+//   128 x 64: 512.9 / 629.1 / 611.6, causal 347.9 / 550.6 / 730.7  <- dropout (80 is not a multiple
+//             of 64; without dropout this tile is 8-14 % below 128 x 80)
 template <>
 struct FwdTile<256> {
   static constexpr int kBlockN = 80;
+  static constexpr int kBlockNDropout = 64;
   static constexpr int kStages = 2;
 };
 
-template <typename Element, int kHeadDim>
-using FwdTraitsFor = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kBlockN, FwdTile<kHeadDim>::kStages, Element, true>;
+template <typename Element, int kHeadDim, bool kDropout = false>
+using FwdTraitsFor = FwdTraits<kHeadDim, kDropout ? FwdTile<kHeadDim>::kBlockNDropout : FwdTile<kHeadDim>::kBlockN,
+                               FwdTile<kHeadDim>::kStages, Element, true>;
 
 }  // namespace flash::sm90
