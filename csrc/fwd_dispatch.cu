@@ -1,6 +1,7 @@
 // Dispatch from runtime (family, dtype, head dim) to the instantiations this build compiled. The
 // set is fixed at build time: tools/gen_instantiations.py writes instantiations/build_config.h
-// (FLASH_FOR_EACH_HDIM, FLASH_FOR_EACH_DTYPE, FLASH_SM90_FOR_EACH_HDIM) from FLASH_ATTN_CUDA_HDIMS /
+// (FLASH_FOR_EACH_HDIM, FLASH_FOR_EACH_DTYPE, FLASH_SM90_FOR_EACH_HDIM, FLASH_SM90_DROPOUT_FOR_EACH_HDIM)
+// from FLASH_ATTN_CUDA_HDIMS /
 // _DTYPES / _ARCHS. Declarations only: the kernels are compiled once, in instantiations/*.cu.
 #include <cutlass/numeric_types.h>
 
@@ -104,6 +105,17 @@ bool params_supported(const FwdParams& params) {
 
 template <typename Element>
 static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) {
+  if (needs_dropout(params)) {  // the dropout variant, its own units
+    switch (params.headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return sm90::run_fwd_<Element, D, true>(params, stream);
+      FLASH_SM90_DROPOUT_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
   switch (params.headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
@@ -115,15 +127,20 @@ static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) 
   }
 }
 
-static bool sm90_compiled(DType dtype, int headdim_rounded) {
-  bool dtype_built = false, hdim_built = false;
-#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || dtype == DType::ENUM;
+// Whether the build compiled the sm90 kernel this call needs: (dtype, head dim), and with dropout
+// the dropout variant (built with the feature kernels).
+static bool sm90_compiled(const FwdParams& params) {
+  bool dtype_built = false, hdim_built = false, dropout_built = false;
+#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || params.dtype == DType::ENUM;
   FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
-#define FLASH_CASE(D) hdim_built = hdim_built || headdim_rounded == D;
+#define FLASH_CASE(D) hdim_built = hdim_built || params.headdim_rounded == D;
   FLASH_SM90_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
-  return dtype_built && hdim_built;
+#define FLASH_CASE(D) dropout_built = dropout_built || params.headdim_rounded == D;
+  FLASH_SM90_DROPOUT_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+  return dtype_built && hdim_built && (dropout_built || !needs_dropout(params));
 }
 
 // Whether the current device has compute capability 9.0, the one sm_90a code runs on. Cached per
@@ -141,7 +158,7 @@ constexpr int kSm90SmemBudgetBytes = 227 * 1024;
 
 FwdFamily fwd_family(const FwdParams& params) {
   const bool wanted = params.family == FwdFamily::kSm90 || (kSm90ByDefault && params.family == FwdFamily::kAuto);
-  const bool sm90 = wanted && sm90_compiled(params.dtype, params.headdim_rounded) &&
+  const bool sm90 = wanted && sm90_compiled(params) &&
                     current_device_is_sm90() && smem_budget_bytes(params) >= kSm90SmemBudgetBytes &&
                     sm90::fwd_supports(params);
   return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;

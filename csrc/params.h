@@ -118,10 +118,11 @@ inline bool needs_dropout(const FwdParams& p) { return p.dropout_p > 0.f; }
 // Dropout works on whole 16 x 64 chunks of S (dropout.h, philox.h): tiles narrower than 64 keys (the
 // smallest backward tiles of the 99 KB budget, bwd_tile_config.h) have no dropout kernel.
 constexpr bool dropout_tile(int block_n) { return block_n % 64 == 0; }
-inline bool needs_mods(const FwdParams& p) {
-  return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr ||
-         needs_dropout(p);
+// The options besides dropout (the sm90 forward has a dropout variant but none of these).
+inline bool needs_mods_besides_dropout(const FwdParams& p) {
+  return p.softcap > 0.f || p.window_left >= 0 || p.alibi_slopes_ptr != nullptr || p.cu_seqlens_q != nullptr;
 }
+inline bool needs_mods(const FwdParams& p) { return needs_mods_besides_dropout(p) || needs_dropout(p); }
 
 // KV-cache attention (flash-attn's flash_attn_with_kvcache; decode_kernel.h): q attends to a cache
 // that new keys/values are first appended to, in place (kvcache_append.h). FwdParams' k/v fields

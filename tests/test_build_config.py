@@ -202,11 +202,12 @@ def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
 
 def test_generator_sm90_rows(tmp_path):
     """sm90 forward files: head dims {64, 128, 256} of the built ones, every built dtype, only with
-    the sm90 family; build_config.h lists them."""
+    the sm90 family, each with a dropout variant file of its own (with the feature kernels);
+    build_config.h lists them."""
     hdims, dtypes = (32, 64, 96, 128, 256), ("fp16", "bf16")
     files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80", "sm90"))
     sm90 = sorted(pathlib.Path(f).name for f in files if pathlib.Path(f).name.startswith("sm90_"))
-    assert sm90 == sorted(f"sm90_fwd_hdim{d}_{t}.cu" for d in (64, 128, 256) for t in dtypes)
+    assert sm90 == sorted(f"sm90_fwd_hdim{d}_{t}{v}.cu" for d in (64, 128, 256) for t in dtypes for v in ("", "_dropout"))
     extra = sum(len(gen_instantiations.SMEM_TILES.get((direction, d), ())) for direction in ("fwd", "bwd") for d in hdims)
     assert len(files) == (2 * len(hdims) + extra) * len(dtypes) + len(sm90)  # sm80 fwd + bwd unchanged
     text = (tmp_path / "sm90_fwd_hdim128_bf16.cu").read_text()
@@ -214,15 +215,30 @@ def test_generator_sm90_rows(tmp_path):
     assert "template cudaError_t flash::sm90::run_fwd_<cutlass::bfloat16_t, 128>(const flash::FwdParams&, cudaStream_t);" \
         in text
     assert text.count("template ") == 1
+    text = (tmp_path / "sm90_fwd_hdim256_fp16_dropout.cu").read_text()
+    assert '#include "../sm90/fwd_launch.h"' in text
+    assert "template cudaError_t flash::sm90::run_fwd_<cutlass::half_t, 256, true>(const flash::FwdParams&, cudaStream_t);" \
+        in text
+    assert text.count("template ") == 1
     config = (tmp_path / "build_config.h").read_text()
     assert "#define FLASH_SM90_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
+    assert "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert all(gen_instantiations.source_family(f) == ("sm90" if pathlib.Path(f).name in sm90 else "sm80")
                for f in files)
 
-    # without the sm90 family: no sm90 files (stale ones removed), an empty list in build_config.h
+    # without the feature kernels: the plain sm90 files only, no dropout variant listed
+    files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80", "sm90"), features=False)
+    assert sorted(p.name for p in tmp_path.glob("sm90_*")) == sorted(f"sm90_fwd_hdim{d}_{t}.cu" for d in (64, 128, 256)
+                                                                     for t in dtypes)
+    config = (tmp_path / "build_config.h").read_text()
+    assert "#define FLASH_SM90_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
+    assert "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) \n" in config
+
+    # without the sm90 family: no sm90 files (stale ones removed), empty lists in build_config.h
     files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80",))
     assert not list(tmp_path.glob("sm90_*")) and all(gen_instantiations.source_family(f) == "sm80" for f in files)
-    assert "#define FLASH_SM90_FOR_EACH_HDIM(X) \n" in (tmp_path / "build_config.h").read_text()
+    config = (tmp_path / "build_config.h").read_text()
+    assert "#define FLASH_SM90_FOR_EACH_HDIM(X) \n" in config and "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) \n" in config
     # head dims outside {64, 128, 256} only: the family is built but has nothing to compile
     gen_instantiations.generate(tmp_path, (96,), ("bf16",), ("fwd",), ("sm80", "sm90"))
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["fwd_hdim96_bf16.cu"]
@@ -231,7 +247,8 @@ def test_generator_sm90_rows(tmp_path):
 def test_generator_command_line_follows_the_arch_flag(tmp_path):
     root = pathlib.Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTN_CUDA_")}
-    for archs, expected in (("90;90a", ["fwd_hdim128_bf16.cu", "sm90_fwd_hdim128_bf16.cu"]),
+    for archs, expected in (("90;90a", ["fwd_hdim128_bf16.cu", "sm90_fwd_hdim128_bf16.cu",
+                                        "sm90_fwd_hdim128_bf16_dropout.cu"]),
                             ("90", ["fwd_hdim128_bf16.cu"])):
         env.update(FLASH_ATTN_CUDA_ARCHS=archs, FLASH_ATTN_CUDA_HDIMS="128", FLASH_ATTN_CUDA_DTYPES="bf16",
                    FLASH_ATTN_CUDA_BACKWARD="0", FLASH_ATTN_CUDA_KVCACHE="0")

@@ -292,15 +292,17 @@ def test_bench_cpp_rebuilds_when_build_flags_change(tmp_path):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
-    """With 90a in the archs the generator writes sm90_fwd_*.cu and make compiles them with the sm90
-    family's flags (sm_90a alone, extended wgmma shapes), every other object with the plain archs."""
+    """With 90a in the archs the generator writes sm90_fwd_*.cu (the plain unit and the dropout
+    variant's) and make compiles them with the sm90 family's flags (sm_90a alone, extended wgmma
+    shapes), every other object with the plain archs."""
     tree = _make_tree(tmp_path)
     env = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90;90a")
     subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=env, check=True, capture_output=True)
     planned = _make(tree, env, "-n")
     objects = {line.split(" -o ")[1].split()[0]: line for line in planned if " -c " in line}
     assert set(objects) == {"build/cpp/fwd_dispatch.o", "build/cpp/instantiations/fwd_hdim64_bf16.o",
-                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o"}
+                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o",
+                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16_dropout.o"}
     for obj, line in objects.items():
         sm90 = "sm90_" in obj
         assert ("-gencode=arch=compute_90a,code=sm_90a" in line) == sm90, line
@@ -308,6 +310,7 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
         assert ("-gencode=arch=compute_90,code=sm_90" in line) == (not sm90), line
     link = [line for line in planned if " -c " not in line and "bench_fwd.cu" in line]
     assert link and "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o" in link[0]
+    assert "build/cpp/instantiations/sm90_fwd_hdim64_bf16_dropout.o" in link[0]
     # dropping 90a: the generator removes the sm90 unit and the flags stamp changes, so all is rebuilt
     plain = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90")
     subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=plain, check=True, capture_output=True)
@@ -319,7 +322,8 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     """CI's order: the extension build's generator leaves no sm90 unit (archs 90), then make check-sass
-    with 90a generates one and must compile and check it (make expands a recipe before running it, so
+    with 90a generates them (the plain unit and the dropout variant's) and must compile and check
+    them (make expands a recipe before running it, so
     the check runs in a sub-make that sees the new file). Stand-in nvcc and cuobjdump, no compiler."""
     sys.path.insert(0, str(ROOT / "tests"))
     from test_check_sass_cpu import GOOD
@@ -337,5 +341,6 @@ def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     result = subprocess.run(["make", "--no-print-directory", "check-sass"], cwd=tree, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "check_sass: ok: 1 object(s)" in result.stdout + result.stderr
+    assert "check_sass: ok: 2 object(s)" in result.stdout + result.stderr
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16.o").exists()
+    assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16_dropout.o").exists()

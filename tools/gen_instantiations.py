@@ -2,6 +2,8 @@
 them in parallel, plus build_config.h telling the dispatcher what exists. One table drives it all.
 Families (tools/build_config.py): sm80 (every direction; files fwd_*, bwd_*, decode_*, kvcache_*)
 and sm90 (the Hopper forward, sm90_fwd_*; compiled for sm_90a alone: source_family() names them).
+The sm90 forward's dropout variant has files of its own (sm90_fwd_hdim<d>_<dtype>_dropout.cu, with
+the feature kernels: FLASH_ATTN_CUDA_FEATURES), so the plain units compile exactly as without it.
 
     python tools/gen_instantiations.py [--hdims 64,128] [--dtypes bf16]   (defaults: env flags)
 """
@@ -27,6 +29,11 @@ KERNELS = {
     ("sm80", "bwd"): ("bwd_launch.h", "flash::run_bwd_", "BwdParams", None),
     ("sm80", "decode"): ("decode_launch.h", "flash::run_decode_", "KvCacheParams", None),
     ("sm90", "fwd"): ("sm90/fwd_launch.h", "flash::sm90::run_fwd_", "FwdParams", build_config.SM90_HEAD_DIMS),
+}
+# (family, direction) -> {variant: the entry point's extra template arguments}: variants with a unit of
+# their own per (head dim, dtype), <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels.
+VARIANTS = {
+    ("sm90", "fwd"): {"dropout": "true"},
 }
 # direction -> (launch header, entry point, params struct) of the sm80 family (per-dtype files use it)
 DIRECTIONS = {direction: row[:3] for (family, direction), row in KERNELS.items() if family == "sm80"}
@@ -69,12 +76,14 @@ def smem_budgets(family: str, direction: str, hdim: int) -> tuple[int, ...]:
     return SMEM_TILES.get((direction, hdim), ()) if family == "sm80" else ()
 
 
-def instantiation_source(direction: str, hdim: int, dtype: str, family: str = "sm80", budget_kb: int = 0) -> str:
+def instantiation_source(direction: str, hdim: int, dtype: str, family: str = "sm80", budget_kb: int = 0,
+                         variant: str = "") -> str:
     header, entry, params, _ = KERNELS[(family, direction)]
     element = DTYPES[dtype][1]
     budget = f", {budget_kb}" if budget_kb else ""
+    extra = f", {VARIANTS[(family, direction)][variant]}" if variant else ""
     return (f"{HEADER}#include \"../{header}\"\n\n"
-            f"template cudaError_t {entry}<{element}, {hdim}{budget}>(const flash::{params}&, cudaStream_t);\n")
+            f"template cudaError_t {entry}<{element}, {hdim}{budget}{extra}>(const flash::{params}&, cudaStream_t);\n")
 
 
 def per_dtype_source(direction: str, dtype: str) -> str:
@@ -86,10 +95,12 @@ def per_dtype_source(direction: str, dtype: str) -> str:
     return f"{HEADER}#include \"../{header}\"\n\n{lines}"
 
 
-def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hdims: tuple[int, ...] = ()) -> str:
+def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hdims: tuple[int, ...] = (),
+                        sm90_dropout_hdims: tuple[int, ...] = ()) -> str:
     hdim_list = " ".join(f"X({d})" for d in sorted(hdims))
     dtype_list = " ".join(f"X({DTYPES[t][0]}, {DTYPES[t][1]})" for t in dtypes)
     sm90_list = " ".join(f"X({d})" for d in sorted(sm90_hdims))
+    sm90_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_dropout_hdims))
     return (f"{HEADER}#pragma once\n\n"
             f"// X(head_dim) for every compiled head dim, increasing.\n"
             f"#define FLASH_FOR_EACH_HDIM(X) {hdim_list}\n"
@@ -97,7 +108,9 @@ def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hd
             f"#define FLASH_FOR_EACH_DTYPE(X) {dtype_list}\n"
             f"// X(head_dim) for every head dim the sm90 forward family compiled (every dtype above);\n"
             f"// empty when the build has no 90a.\n"
-            f"#define FLASH_SM90_FOR_EACH_HDIM(X) {sm90_list}\n")
+            f"#define FLASH_SM90_FOR_EACH_HDIM(X) {sm90_list}\n"
+            f"// X(head_dim) of those whose dropout variant was compiled (with the feature kernels).\n"
+            f"#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) {sm90_dropout_list}\n")
 
 
 def _write_if_changed(path: pathlib.Path, text: str) -> None:
@@ -107,9 +120,9 @@ def _write_if_changed(path: pathlib.Path, text: str) -> None:
 
 
 def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), families=("sm80",),
-             smem_tiles: bool = True) -> list[str]:
+             smem_tiles: bool = True, features: bool = True) -> list[str]:
     """Writes the files for this build, removes stale ones; returns the .cu paths. smem_tiles: the
-    SMEM_TILES rows too (build_config.parse_smem_tiles)."""
+    SMEM_TILES rows too (build_config.parse_smem_tiles); features: the VARIANTS files too."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = []
@@ -125,6 +138,10 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
                     path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}_smem{kb}.cu"
                     _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, kb))
                     sources.append(str(path))
+                for variant in VARIANTS.get((family, direction), {}) if features else ():
+                    path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}_{variant}.cu"
+                    _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, variant=variant))
+                    sources.append(str(path))
         if family == "sm80" and direction in PER_DTYPE:
             for dtype in dtypes:
                 path = out / f"{PER_DTYPE[direction][0]}_{dtype}.cu"
@@ -134,7 +151,8 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
         if str(stale) not in sources:
             stale.unlink()
     sm90_hdims = family_head_dims("sm90", "fwd", hdims) if "sm90" in families else ()
-    _write_if_changed(out / "build_config.h", build_config_header(tuple(hdims), tuple(dtypes), sm90_hdims))
+    _write_if_changed(out / "build_config.h", build_config_header(tuple(hdims), tuple(dtypes), sm90_hdims,
+                                                                  sm90_hdims if features else ()))
     return sources
 
 
@@ -146,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = build_config.from_env(os.environ)
     files = generate(args.out, build_config.parse_head_dims(args.hdims), build_config.parse_dtypes(args.dtypes),
-                     build_config.directions(cfg), build_config.families(cfg), cfg.smem_tiles)
+                     build_config.directions(cfg), build_config.families(cfg), cfg.smem_tiles, cfg.features)
     print("\n".join(files))
 
 

@@ -23,8 +23,8 @@ bool fwd_supports(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) { return false; }
   // Head dims with a tile in fwd_tile_table.h (checked and timed with benchmarks/cpp/sm90_fwd_check.cu).
   if (p.headdim != p.headdim_rounded || (p.headdim != 64 && p.headdim != 128 && p.headdim != 256)) { return false; }
-  if (needs_mods(p)) { return false; }  // softcap, ALiBi, left window, varlen, dropout
-  if (needs_dropout(p)) { return false; }  // (said again: the sm90 family has no dropout; sm80 serves it)
+  if (needs_mods_besides_dropout(p)) { return false; }  // softcap, ALiBi, left window, varlen
+  // Dropout: the kDropout variant (fwd_kernel.h); the dispatch also checks the build compiled it.
   const bool causal = p.window_left < 0 && p.window_right == 0;
   const bool full = p.window_left < 0 && p.window_right < 0;
   if (!causal && !full) { return false; }
