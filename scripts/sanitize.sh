@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck, racecheck and synccheck on a small ragged workload (GPU host):
-#   scripts/sanitize.sh [scripts/sanitize_kvcache.py | scripts/sanitize_small_tiles.py]
+#   scripts/sanitize.sh [scripts/sanitize_kvcache.py | scripts/sanitize_small_tiles.py | scripts/sanitize_sm90_dropout.py]
 # One line per tool with its verdict; exits 1 if any tool reports an error.
 set -uo pipefail
 script=${1:-scripts/sanitize_kvcache.py}

@@ -1,13 +1,18 @@
 """Attention dropout on the GPU: outputs and gradients against a float32 reference that applies the
 kernels' own mask (return_attn_probs' sign encoding, from the dropout_mask op on the call's
 rng_state), FA2's rule; the mask's keep rate and independence; reproducibility from
-torch.manual_seed; bit-identical deterministic backwards; torch.compile, opcheck and CUDA graphs."""
+torch.manual_seed; bit-identical deterministic backwards; torch.compile, opcheck and CUDA graphs.
+
+The forward runs on both kernel families where it matters (the `family` fixture, tests/conftest.py:
+sm80 always, sm90 on a compute capability 9.0 GPU with a 90a build, whose dropout variant serves
+dense calls at d = 64/128/256 without softcap/ALiBi/left window); every call checks which family
+served it. The backward (sm80) regenerates the mask either forward drew, from its rng_state."""
 import itertools
 import math
 
 import pytest
 import torch
-from fa2_checks import assert_fa2_close, assert_lse_close, grads
+from fa2_checks import assert_fa2_close, assert_lse_close, expected_families, grads
 
 import flash_attn_cuda
 from flash_attn_cuda import attention, attention_varlen
@@ -36,11 +41,22 @@ def kept(probs):
     return ~torch.signbit(probs)
 
 
-def check_dense(q, k, v, p, causal=False, deterministic=False, **opts):
+def assert_served(family, q, k, sm90_options=True):
+    """The last forward ran where FLASH_ATTN_CUDA_FAMILY=family sends a dropout call: as a plain call
+    (fa2_checks.expected_families) when the sm90 kernel has its options (sm90_options), else sm80."""
+    if family is None:
+        return
+    allowed = expected_families(family, q, k) - {"decode"} if sm90_options else {"sm80"}  # no dropout in decode
+    served = flash_attn_cuda._ops.last_fwd_family()
+    assert served in allowed, f"FLASH_ATTN_CUDA_FAMILY={family}: dropout forward ran on {served!r}, expected {allowed}"
+
+
+def check_dense(q, k, v, p, causal=False, deterministic=False, family=None, sm90_options=True, **opts):
     """One call with return_attn_probs: out, lse and the gradients of that same call against the
-    float32 reference with its mask."""
+    float32 reference with its mask; family: the forward must have run where that family sends it."""
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out, lse, probs = attention(*leaves, p, None, causal, deterministic=deterministic, return_attn_probs=True, **opts)
+    assert_served(family, q, k, sm90_options)
     assert probs.shape == (q.shape[0], q.shape[2], q.shape[1], k.shape[1]) and probs.dtype == torch.float32
     keep = kept(probs)
 
@@ -61,25 +77,47 @@ def check_dense(q, k, v, p, causal=False, deterministic=False, **opts):
 
 @pytest.mark.parametrize("hdim", HDIMS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_output_and_gradients_match_the_masked_reference(hdim, causal):
+def test_output_and_gradients_match_the_masked_reference(hdim, causal, family):
     torch.manual_seed(0)
-    # ragged against every tile: 16 x 64 dropout chunks, 64/128-row blocks
-    check_dense(rand(2, 200, 3, hdim), rand(2, 333, 3, hdim), rand(2, 333, 3, hdim), 0.17, causal)
+    # ragged against every tile: 16 x 64 dropout chunks, 64/128-row blocks (sm90: 64-row warpgroups,
+    # 64/128-key blocks)
+    check_dense(rand(2, 200, 3, hdim), rand(2, 333, 3, hdim), rand(2, 333, 3, hdim), 0.17, causal, family=family)
 
 
-@pytest.mark.parametrize("case", ["gqa_window", "softcap_alibi", "deterministic_causal", "high_p"])
-def test_features_with_dropout(case):
+@pytest.mark.parametrize("case", ["gqa_window", "softcap_alibi", "deterministic_causal", "high_p", "gqa_causal"])
+def test_features_with_dropout(case, family):
     torch.manual_seed(1)
     q, k, v = rand(2, 150, 4, HDIM), rand(2, 260, 2, HDIM), rand(2, 260, 2, HDIM)
     if case == "gqa_window":
-        check_dense(q, k, v, 0.3, window_size=(70, 20))
+        check_dense(q, k, v, 0.3, window_size=(70, 20), family=family, sm90_options=False)
     elif case == "softcap_alibi":
         slopes = torch.rand(4, device="cuda", dtype=torch.float32) * 0.1
-        check_dense(q, k, v, 0.2, softcap=8.0, alibi_slopes=slopes)
+        check_dense(q, k, v, 0.2, softcap=8.0, alibi_slopes=slopes, family=family, sm90_options=False)
     elif case == "deterministic_causal":
-        check_dense(q, k, v, 0.1, causal=True, deterministic=True)
+        check_dense(q, k, v, 0.1, causal=True, deterministic=True, family=family)
+    elif case == "gqa_causal":  # more keys than queries: causal rows end at seqlen_k - seqlen_q + row
+        check_dense(q, k, v, 0.25, causal=True, family=family)
     else:
-        check_dense(q, k, v, 0.9)
+        check_dense(q, k, v, 0.9, family=family)
+
+
+def test_families_draw_the_same_mask(family):
+    """Same seed, one call per family: the same rng_state (so the same mask, a function of it), and
+    each output matches the reference with that mask: the sm90 forward applies philox.h's mask."""
+    q, k, v = rand(2, 384, 4, HDIM), rand(2, 384, 4, HDIM), rand(2, 384, 4, HDIM)
+    torch.manual_seed(11)
+    out, _, rng = fwd_rng(q, k, v, 0.2, causal=True)
+    assert_served(family, q, k)
+    torch.manual_seed(11)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLASH_ATTN_CUDA_FAMILY", "sm80")
+        out80, _, rng80 = fwd_rng(q, k, v, 0.2, causal=True)
+    assert torch.equal(rng, rng80)
+    mask = ops.dropout_mask(rng, 2, 4, 384, 384, 0.2)
+    ref = attention_ref(q, k, v, True, None, torch.float32, dropout_mask=mask, dropout_p=0.2)[0]
+    low = attention_ref(q, k, v, True, None, None, dropout_mask=mask, dropout_p=0.2)[0]
+    assert_fa2_close("out", out, ref, low)
+    assert_fa2_close("sm80 out", out80, ref, low)
 
 
 def test_varlen_output_and_gradients():
@@ -139,10 +177,11 @@ def test_keep_rate_and_independence(p):
         assert abs(both - s) < 5 * math.sqrt(s * (1 - s) / m), both
 
 
-def test_same_seed_same_bits_and_calls_differ():
+def test_same_seed_same_bits_and_calls_differ(family):
     q, k, v = rand(2, 256, 4, HDIM), rand(2, 256, 4, HDIM), rand(2, 256, 4, HDIM)
     torch.manual_seed(10)
     out1, _, rng1 = fwd_rng(q, k, v, 0.3)
+    assert_served(family, q, k)
     out2, _, rng2 = fwd_rng(q, k, v, 0.3)
     torch.manual_seed(10)
     out3, _, rng3 = fwd_rng(q, k, v, 0.3)
@@ -158,7 +197,7 @@ def test_same_seed_same_bits_and_calls_differ():
 
 
 @pytest.mark.parametrize("case", ["causal", "window", "gqa", "varlen"])
-def test_deterministic_backward_is_bit_identical(case):
+def test_deterministic_backward_is_bit_identical(case, family):
     torch.manual_seed(4)
     if case == "varlen":
         cu = torch.tensor([0, 300, 700], dtype=torch.int32, device="cuda")
@@ -171,6 +210,7 @@ def test_deterministic_backward_is_bit_identical(case):
         run = lambda a, b, c: attention(a, b, c, 0.2, deterministic=True, **opts)  # noqa: E731
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out = run(*leaves)
+    assert_served(family, q, k, sm90_options=case in ("causal", "gqa"))
     dout = torch.randn_like(out)
     first = torch.autograd.grad(out, leaves, dout, retain_graph=True)
     second = torch.autograd.grad(out, leaves, dout)
@@ -213,9 +253,10 @@ def test_torch_compile_matches_eager():
         assert torch.equal(a, b)
 
 
-def test_cuda_graph_replays_draw_fresh_masks():
+def test_cuda_graph_replays_draw_fresh_masks(family):
     """Forward and backward captured in one graph: each replay advances the generator (new mask), and
-    the captured backward uses its replay's mask (= an eager deterministic backward on that rng_state)."""
+    the captured backward uses its replay's mask (= an eager deterministic backward on that rng_state).
+    The forward reads seed and offset on the device at replay (dropout.h) on either family."""
     torch.manual_seed(7)
     q, k, v, dout = (rand(2, 192, 4, HDIM) for _ in range(4))
     scale = HDIM ** -0.5
@@ -229,6 +270,7 @@ def test_cuda_graph_replays_draw_fresh_masks():
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         step()                                  # warm-up outside capture
+    assert_served(family, q, k)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
