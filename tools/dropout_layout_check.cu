@@ -1,5 +1,7 @@
 // Host-side check of apply_dropout's layout assumption (csrc/dropout.h) for the forward and backward
-// tiles of every head dim (fwd_tile_config.h, bwd_tile_config.h): in every thread's S fragment,
+// tiles of every head dim (fwd_tile_config.h, bwd_tile_config.h) and the sm90 forward's dropout
+// tiles (sm90/fwd_tile_table.h: one warpgroup's 64 x kBlockNDropout wgmma accumulator, viewed by
+// sm90::acc_rowcol as the mainloop does): in every thread's S fragment,
 // element (2m + half, 2(n + P*octet) + column) of the rowcol view sits at
 // (row(2m, 2n) + 8*half, col(2m, 2n) + 32*octet + column), in the Philox chunk, lane and slot that
 // philox.h assigns it. No GPU needed:
@@ -13,16 +15,22 @@
 #include "bwd_kernel_traits.h"
 #include "tensor_utils.h"
 #include "philox.h"
+#include "sm90/fwd_layouts.h"
+#include "sm90/fwd_tile_table.h"
 using namespace cute;
 
-template <class TiledMma, int kBlockM, int kBlockN, int kWarpsN>
+// kWgmma: the TiledMma is an sm90 warpgroup MMA, its accumulator viewed with sm90::acc_rowcol.
+template <class TiledMma, int kBlockM, int kBlockN, int kWarpsN, bool kWgmma = false>
 int check(const char* name, int nthreads) {
   int bad = 0, total = 0;
   for (int tid = 0; tid < nthreads; ++tid) {
     TiledMma mma;
     auto thr = mma.get_thread_slice(tid);
     Tensor c = thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    Tensor rc = make_tensor(c.data(), flash::rowcol_view(c.layout()));
+    auto rc_layout = [&] {
+      if constexpr (kWgmma) { return flash::sm90::acc_rowcol(c.layout()); } else { return flash::rowcol_view(c.layout()); }
+    };
+    Tensor rc = make_tensor(c.data(), rc_layout());
     constexpr int kRows = decltype(size<0>(rc))::value;
     constexpr int kAtomsN = decltype(size<1>(rc))::value / 2;
     constexpr int P = 4 / kWarpsN;
@@ -72,4 +80,16 @@ int check_budget() {
          check_head_dim<160, KB>() + check_head_dim<192, KB>() + check_head_dim<224, KB>() + check_head_dim<256, KB>();
 }
 
-int main() { return (check_budget<227>() + check_budget<163>() + check_budget<99>()) != 0; }
+// The sm90 forward's dropout variant: each consumer warpgroup (128 threads) owns 64 rows.
+template <int D>
+int check_sm90() {
+  using F = flash::sm90::FwdTraitsFor<cutlass::bfloat16_t, D, true>;
+  char name[64];
+  std::snprintf(name, sizeof(name), "sm90 fwd dropout d=%d 64x%d (per warpgroup)", D, F::kBlockN);
+  return check<typename F::MmaQK, F::kWGRows, F::kBlockN, 1, true>(name, 128);
+}
+
+int main() {
+  return (check_budget<227>() + check_budget<163>() + check_budget<99>() + check_sm90<64>() + check_sm90<128>() +
+          check_sm90<256>()) != 0;
+}
