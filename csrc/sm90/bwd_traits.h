@@ -16,6 +16,8 @@
 //                       TMA reduce-add into dq_accum (params.h) per query block.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
@@ -45,7 +47,7 @@ struct BwdTraits {
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM is the N of the S^T wgmma and one or two dQ row blocks");
   static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
-  static_assert(kDQCols % 64 == 0 || kDQCols == 32, "dQ column split at SW128 atoms");
+  static_assert(kDQCols % 64 == 0 || kDQCols == 32, "dQ column split at whole swizzle atoms of K");
   static_assert(sizeof(Element) == 2, "16-bit inputs only");
 
   using TileSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T per consumer
@@ -64,7 +66,10 @@ struct BwdTraits {
   // Q^T / dO^T (d, q, stage): the same bytes viewed with the row index second (B of dK, dV).
   using SmemLayoutQt = decltype(composition(
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // K is also B of dQ = dS K, read MN-major in column slices of kDQCols: 32-column slices (d = 64 with
+  // kBlockM = 64) need the 64-byte swizzle, whose atoms are 32 elements wide.
+  using SmemAtomK = std::conditional_t<kDQCols % 64 == 0, SmemAtom, GMMA::Layout_K_SW64_Atom<Element>>;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutV = SmemLayoutK;
   using SmemLayoutKt = decltype(composition(SmemLayoutK{},
                                             make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
