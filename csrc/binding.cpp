@@ -125,9 +125,11 @@ thread_local std::vector<int64_t> last_fwd_tile_desc;
 std::mutex last_bwd_tile_mutex;
 std::vector<int64_t> last_bwd_tile_desc;  // guarded by last_bwd_tile_mutex
 
-void set_last_bwd_tile(std::vector<int64_t> desc) {
+std::string last_bwd_family_name;  // "sm80" / "sm90": the backward main kernel's family; guarded by the mutex
+void set_last_bwd_tile(std::vector<int64_t> desc, const char* family = "sm80") {
   const std::lock_guard<std::mutex> lock(last_bwd_tile_mutex);
   last_bwd_tile_desc = std::move(desc);
+  last_bwd_family_name = family;
 }
 
 std::vector<int64_t> describe(const flash::KernelTile& t) {
@@ -616,8 +618,11 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   set_strides(dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   set_strides(dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   set_strides(dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  p.family = family_from_env();
+  const flash::FwdFamily family = flash::bwd_family(p);  // sm90: its main kernel between the sm80 pre/post passes
   check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream()), p, "backward");
-  set_last_bwd_tile(describe(flash::bwd_tile(p)));
+  set_last_bwd_tile(family == flash::FwdFamily::kSm90 ? std::vector<int64_t>{} : describe(flash::bwd_tile(p)),
+                    flash::family_name(family));
 }
 
 // The gradient destinations of bwd_into / bwd_varlen_into: dq like q, dk/dv like k/v (shape,
@@ -648,7 +653,7 @@ void run_backward_into(flash::BwdParams& p, const at::Tensor& dout, const at::Te
   at::Tensor dk_full = grouped ? at::empty(full_shape, dq.options()) : dk;  // (..., nheads, d) per query head
   at::Tensor dv_full = grouped ? at::empty(full_shape, dq.options()) : dv;
   if (empty) {
-    set_last_bwd_tile({});
+    set_last_bwd_tile({}, "none");
     dq.zero_();
     dk_full.zero_();
     dv_full.zero_();
@@ -836,6 +841,12 @@ std::vector<int64_t> last_bwd_tile() {
   const std::lock_guard<std::mutex> lock(last_bwd_tile_mutex);
   return last_bwd_tile_desc;
 }
+// The family of the last backward's main kernel ("sm80", "sm90"; "" before any): the autograd engine
+// runs backwards on its own threads, hence a guarded global, not a thread_local.
+std::string last_bwd_family() {
+  const std::lock_guard<std::mutex> lock(last_bwd_tile_mutex);
+  return last_bwd_family_name;
+}
 // FLASH_ATTN_CUDA_SMEM_BUDGET as the calls read it now (KB; 0 unset); raises on a bad value.
 int64_t smem_budget_setting() { return smem_budget_from_env(); }
 bool smem_tiles_compiled() { return flash::kSmemTilesCompiled; }
@@ -890,6 +901,7 @@ TORCH_LIBRARY(flash_attn_cuda, m) {
   m.def("last_fwd_family() -> str", &last_fwd_family);
   m.def("last_fwd_tile() -> int[]", &last_fwd_tile);
   m.def("last_bwd_tile() -> int[]", &last_bwd_tile);
+  m.def("last_bwd_family() -> str", &last_bwd_family);
   m.def("smem_budget_setting() -> int", &smem_budget_setting);
   m.def("smem_tiles_compiled() -> bool", &smem_tiles_compiled);
   m.def("fwd_family_setting() -> str", &fwd_family_setting);

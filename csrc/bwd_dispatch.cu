@@ -8,8 +8,48 @@
 #include "bwd_tile_config.h"
 #include "flash_api.h"
 #include "instantiations/build_config.h"
+#include "sm90/bwd_api.h"
+#include "sm90/bwd_supports.h"  // host-only: defines sm90::bwd_supports (this is its one translation unit)
 
 namespace flash {
+
+// ---- the sm90 family's main kernel (sm_90a code), run by the sm80 launch (params.main_kernel)
+
+template <typename Element, int kHeadDim>
+static int sm90_bwd_main(const BwdParams& params, CUstream_st* stream) {
+  return int(sm90::run_bwd_main_<Element, kHeadDim>(params, stream));
+}
+
+template <typename Element>
+static auto sm90_bwd_main_for(int headdim_rounded) -> decltype(BwdParams::main_kernel) {
+  switch (headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return &sm90_bwd_main<Element, D>;
+    FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+    default:
+      return nullptr;
+  }
+}
+
+static bool sm90_bwd_compiled(DType dtype, int headdim_rounded) {
+  bool dtype_built = false, hdim_built = false;
+#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || dtype == DType::ENUM;
+  FLASH_FOR_EACH_DTYPE(FLASH_CASE)
+#undef FLASH_CASE
+#define FLASH_CASE(D) hdim_built = hdim_built || headdim_rounded == D;
+  FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+  return dtype_built && hdim_built;
+}
+
+FwdFamily bwd_family(const BwdParams& params) {
+  const bool wanted = params.family == FwdFamily::kSm90 || (kSm90BwdByDefault && params.family == FwdFamily::kAuto);
+  const bool sm90 = wanted && sm90_bwd_compiled(params.dtype, params.headdim_rounded) && current_device_is_sm90() &&
+                    smem_budget_bytes(params) >= kSm90SmemBudgetBytes && sm90::bwd_supports(params);
+  return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;
+}
 
 // The head dim's row for the budget (smem_budget.h): the default tile, or the 163 / 99 KB one where
 // it differs (each its own instantiation). No row fits: cudaErrorInvalidConfiguration, nothing
@@ -43,10 +83,14 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
                   params.dv_batch_stride != 0))) {
     return cudaErrorInvalidValue;
   }
+  BwdParams run = params;
+  run.main_kernel = nullptr;
+  const bool sm90 = bwd_family(params) == FwdFamily::kSm90;
   switch (params.dtype) {
-#define FLASH_CASE(ENUM, TYPE) \
-  case DType::ENUM:            \
-    return run_bwd_dtype<TYPE>(params, stream);
+#define FLASH_CASE(ENUM, TYPE)                                                     \
+  case DType::ENUM:                                                                \
+    if (sm90) { run.main_kernel = sm90_bwd_main_for<TYPE>(params.headdim_rounded); } \
+    return run_bwd_dtype<TYPE>(run, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
     default:

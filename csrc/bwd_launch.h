@@ -1,5 +1,5 @@
-// Launch template of the backward (see bwd_kernel.h): pre-pass, main kernel, dQ conversion,
-// in stream order.
+// Launch template of the backward (see bwd_kernel.h): pre-pass, main kernel (or the sm90 family's,
+// params.main_kernel), dQ conversion, in stream order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,10 +44,14 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess) { return err; }
   }
-  const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const dim3 grid(params.deterministic ? params.num_dq_splits : n_blocks, params.nheads, params.batch);
-  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
-  err = cudaGetLastError();
+  if (params.main_kernel != nullptr) {  // the sm90 family's (bwd_dispatch.cu)
+    err = static_cast<cudaError_t>(params.main_kernel(params, stream));
+  } else {
+    const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+    const dim3 grid(params.deterministic ? params.num_dq_splits : n_blocks, params.nheads, params.batch);
+    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
+    err = cudaGetLastError();
+  }
   if (err != cudaSuccess) { return err; }
 
   const dim3 tile_grid(params.seqlen_q_rounded / Traits::kBlockM, params.nheads, params.batch);

@@ -30,6 +30,12 @@ inline const char* family_name(FwdFamily f) { return f == FwdFamily::kSm90 ? "sm
 // Head dims the sm90 family compiled (every compiled dtype); empty without 90a in the build.
 std::vector<int> sm90_head_dims();
 
+// Whether the current device has compute capability 9.0, the one sm_90a code runs on (cached).
+bool current_device_is_sm90();
+// The sm90 families' tiles are sized for the whole 227 KB of compute capability 9.0: a budget
+// capped below it (FLASH_ATTN_CUDA_SMEM_BUDGET) runs the sm80 family.
+constexpr int kSm90SmemBudgetBytes = 227 * 1024;
+
 // What this build compiled (FLASH_ATTN_CUDA_HDIMS / FLASH_ATTN_CUDA_DTYPES at build time).
 std::vector<int> compiled_head_dims();
 std::vector<DType> compiled_dtypes();
@@ -61,6 +67,11 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
 int bwd_shared_memory_bytes(int headdim_rounded);           // the default (227 KB row) tile's
 int bwd_smallest_shared_memory_bytes(int headdim_rounded);  // the 99 KB row's
+// The family of run_bwd's main kernel on the current device, as fwd_family: kSm90 when
+// params.family asks for it (kSm90, or kAuto with kSm90BwdByDefault), the build compiled the sm90
+// backward for (dtype, headdim_rounded), the device is 9.0 and sm90::bwd_supports(params); else
+// kSm80 (the pre-pass and dQ conversion are the sm80 family's either way).
+FwdFamily bwd_family(const BwdParams& params);
 // The backward tile run_bwd launches for params on the current device (as fwd_tile); the
 // deterministic dq_accum splits (bwd_dq_accum_splits) follow its block_n.
 KernelTile bwd_tile(const BwdParams& params);

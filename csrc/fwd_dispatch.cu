@@ -147,14 +147,10 @@ static bool sm90_compiled(const FwdParams& params) {
 // device (a device's capability never changes; 0 = not asked yet, 1 = no, 2 = yes): the attribute
 // query is a driver call on every forward otherwise. Any CUDA error reads as "no" (sm80 runs and
 // reports it).
-static bool current_device_is_sm90() {
+bool current_device_is_sm90() {
   return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
          current_device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
 }
-
-// The sm90 family's tiles are sized for the whole 227 KB of compute capability 9.0 (sm90/fwd_traits.h
-// asserts <= 232448 B): a budget capped below it (FLASH_ATTN_CUDA_SMEM_BUDGET) runs the sm80 family.
-constexpr int kSm90SmemBudgetBytes = 227 * 1024;
 
 FwdFamily fwd_family(const FwdParams& params) {
   const bool wanted = params.family == FwdFamily::kSm90 || (kSm90ByDefault && params.family == FwdFamily::kAuto);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+struct CUstream_st;  // what cudaStream_t points to (BwdParams::main_kernel), without the CUDA headers
+
 namespace flash {
 
 // Element type of q/k/v/out. Kept as a plain enum so this header needs no CUDA types.
@@ -32,6 +34,10 @@ struct PhiloxState {
 // transformers drop-in tests; benchmarks/NOTES.md "Hopper forward"). FLASH_ATTN_CUDA_FAMILY=sm80
 // forces the sm80 kernels.
 constexpr bool kSm90ByDefault = true;
+// The same for the backward (bwd_dispatch.cu, sm90::bwd_supports): the family field asks for both
+// directions; kAuto runs the sm90 backward only once this is on (off until its GPU tests and
+// benchmarks have run: benchmarks/NOTES.md "Hopper backward").
+constexpr bool kSm90BwdByDefault = false;
 
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
 //
@@ -229,6 +235,12 @@ struct BwdParams : FwdParams {
   // its adds in program order; the slices are then summed in index order.
   bool deterministic = false;
   int num_dq_splits = 1;
+
+  // Set by the dispatch (bwd_dispatch.cu), never by callers: another family's main kernel (the
+  // sm90 backward) that the sm80 launch runs between its pre-pass and dQ conversion instead of its
+  // own (same scratch: delta, lse_log2, dq_accum); nullptr runs the sm80 main kernel.
+  // (Returns a cudaError_t; the stream is a cudaStream_t: plain types keep this header CUDA-free.)
+  int (*main_kernel)(const BwdParams&, CUstream_st*) = nullptr;
 };
 
 }  // namespace flash

@@ -114,6 +114,14 @@ def last_bwd_tile() -> Tile | None:
     return _tile(_ops.last_bwd_tile())
 
 
+def last_bwd_family() -> str:
+    """The family of the last backward's main kernel (any thread: autograd runs backwards on its own):
+    "sm80", "sm90" (the Hopper backward, FLASH_ATTN_CUDA_FAMILY=sm90), "none" (empty inputs), "" before
+    any; None without the backward compiled."""
+    require_extension()
+    return _ops.last_bwd_family() if hasattr(_ops, "last_bwd_family") else None
+
+
 def smem_tiles_compiled() -> bool:
     """Whether this build has the small-memory tiles (the 163 / 99 KB rows; FLASH_ATTN_CUDA_SMEM_TILES at
     build time): without them FLASH_ATTN_CUDA_SMEM_BUDGET below a tile's needs is refused."""

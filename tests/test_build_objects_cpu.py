@@ -25,8 +25,10 @@ KERNEL_HEADERS = {"fwd_kernel.h", "bwd_kernel.h", "fwd_launch.h", "bwd_launch.h"
 # nvcc's launch stub of any __global__ function, whatever its name (the sm90 family's kernels too).
 KERNEL_SYMBOL = re.compile(r"flash::(?:\w+::)*\w*_kernel<|__device_stub__")
 # The sm90 family's headers a dispatch file may reach: its declarations and the host-only support
-# check (csrc/sm90/fwd_api.h); every other csrc/sm90/ header holds or reaches kernel code.
-SM90_INTERFACE = {"fwd_api.h", "fwd_supports.h"}
+# checks (csrc/sm90/fwd_api.h, bwd_api.h, their *_supports.h and tma_rules.h); every other csrc/sm90/
+# header holds or reaches kernel code.
+SM90_FWD_INTERFACE = {"fwd_api.h", "fwd_supports.h", "tma_rules.h"}
+SM90_INTERFACE = SM90_FWD_INTERFACE | {"bwd_api.h", "bwd_supports.h"}
 MAX_DISPATCH_OBJECT_BYTES = 1 << 20  # an object with kernels in it is megabytes (bwd: 6.6 MB)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -60,14 +62,14 @@ def test_dispatch_reaches_only_the_sm90_interface(source):
 
 
 def test_fwd_dispatch_reaches_the_sm90_interface():
-    assert {p.name for p in local_includes(CSRC / "fwd_dispatch.cu") if p.parent == CSRC / "sm90"} == SM90_INTERFACE
+    assert {p.name for p in local_includes(CSRC / "fwd_dispatch.cu") if p.parent == CSRC / "sm90"} == SM90_FWD_INTERFACE
 
 
 _ANGLE_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 
 
 def test_sm90_interface_is_host_only():
-    """fwd_api.h and fwd_supports.h (compiled into the dispatch for every arch) pull in no CuTe."""
+    """The sm90 interface headers (compiled into the dispatch for every arch) pull in no CuTe."""
     for name in SM90_INTERFACE:
         header = CSRC / "sm90" / name
         files = {header} | local_includes(header)

@@ -1,9 +1,10 @@
 """Writes csrc/instantiations/: one .cu per (family, direction, head dim, dtype) so ninja compiles
 them in parallel, plus build_config.h telling the dispatcher what exists. One table drives it all.
 Families (tools/build_config.py): sm80 (every direction; files fwd_*, bwd_*, decode_*, kvcache_*)
-and sm90 (the Hopper forward, sm90_fwd_*; compiled for sm_90a alone: source_family() names them).
-The sm90 forward's dropout variant has files of its own (sm90_fwd_hdim<d>_<dtype>_dropout.cu, with
-the feature kernels: FLASH_ATTN_CUDA_FEATURES), so the plain units compile exactly as without it.
+and sm90 (the Hopper forward and backward, sm90_fwd_* / sm90_bwd_*; compiled for sm_90a alone:
+source_family() names them). The sm90 forward's dropout variant has files of its own
+(sm90_fwd_hdim<d>_<dtype>_dropout.cu, with the feature kernels: FLASH_ATTN_CUDA_FEATURES), so the plain
+units compile exactly as without it.
 
     python tools/gen_instantiations.py [--hdims 64,128] [--dtypes bf16]   (defaults: env flags)
 """
@@ -29,6 +30,7 @@ KERNELS = {
     ("sm80", "bwd"): ("bwd_launch.h", "flash::run_bwd_", "BwdParams", None),
     ("sm80", "decode"): ("decode_launch.h", "flash::run_decode_", "KvCacheParams", None),
     ("sm90", "fwd"): ("sm90/fwd_launch.h", "flash::sm90::run_fwd_", "FwdParams", build_config.SM90_HEAD_DIMS),
+    ("sm90", "bwd"): ("sm90/bwd_launch.h", "flash::sm90::run_bwd_main_", "BwdParams", build_config.SM90_BWD_HEAD_DIMS),
 }
 # (family, direction) -> {variant: the entry point's extra template arguments}: variants with a unit of
 # their own per (head dim, dtype), <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels.
@@ -96,11 +98,12 @@ def per_dtype_source(direction: str, dtype: str) -> str:
 
 
 def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hdims: tuple[int, ...] = (),
-                        sm90_dropout_hdims: tuple[int, ...] = ()) -> str:
+                        sm90_dropout_hdims: tuple[int, ...] = (), sm90_bwd_hdims: tuple[int, ...] = ()) -> str:
     hdim_list = " ".join(f"X({d})" for d in sorted(hdims))
     dtype_list = " ".join(f"X({DTYPES[t][0]}, {DTYPES[t][1]})" for t in dtypes)
     sm90_list = " ".join(f"X({d})" for d in sorted(sm90_hdims))
     sm90_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_dropout_hdims))
+    sm90_bwd_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_hdims))
     return (f"{HEADER}#pragma once\n\n"
             f"// X(head_dim) for every compiled head dim, increasing.\n"
             f"#define FLASH_FOR_EACH_HDIM(X) {hdim_list}\n"
@@ -110,7 +113,10 @@ def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hd
             f"// empty when the build has no 90a.\n"
             f"#define FLASH_SM90_FOR_EACH_HDIM(X) {sm90_list}\n"
             f"// X(head_dim) of those whose dropout variant was compiled (with the feature kernels).\n"
-            f"#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) {sm90_dropout_list}\n")
+            f"#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) {sm90_dropout_list}\n"
+            f"// X(head_dim) for every head dim the sm90 backward family compiled; empty without 90a or\n"
+            f"// without the backward.\n"
+            f"#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) {sm90_bwd_list}\n")
 
 
 def _write_if_changed(path: pathlib.Path, text: str) -> None:
@@ -151,8 +157,9 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
         if str(stale) not in sources:
             stale.unlink()
     sm90_hdims = family_head_dims("sm90", "fwd", hdims) if "sm90" in families else ()
+    sm90_bwd_hdims = family_head_dims("sm90", "bwd", hdims) if "sm90" in families and "bwd" in directions else ()
     _write_if_changed(out / "build_config.h", build_config_header(tuple(hdims), tuple(dtypes), sm90_hdims,
-                                                                  sm90_hdims if features else ()))
+                                                                  sm90_hdims if features else (), sm90_bwd_hdims))
     return sources
 
 

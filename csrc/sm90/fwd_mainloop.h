@@ -21,6 +21,7 @@
 #include "fwd_layouts.h"
 #include "fwd_mask.h"
 #include "fwd_softmax.h"
+#include "wg_gemm.h"
 
 namespace flash::sm90 {
 
@@ -29,25 +30,6 @@ using namespace cute;
 // Named-barrier ids (cutlass adds its 8 reserved ones): 0, 1 = GEMM-issue turn of consumer
 // warpgroup 0, 1; 2, 3 = epilogue barrier of consumer warpgroup 0, 1.
 enum class FwdBarrier : uint32_t { kTurnWG0 = 0, kTurnWG1 = 1, kEpilogueWG0 = 2, kEpilogueWG1 = 3 };
-
-// One warpgroup GEMM C (+)= A B over the K modes, committed as one wgmma batch; no wait.
-template <bool kZeroInit, class Mma, class TA, class TB, class TC>
-CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
-  // A from registers (P) unless it is a tensor of shared-memory descriptors (Q).
-  constexpr bool kRS = !is_base_of<GMMA::DescriptorIterator, typename TA::engine_type::iterator>::value;
-  if constexpr (kRS) { warpgroup_fence_operand(const_cast<TA&>(a)); }
-  warpgroup_fence_operand(c);
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(c);
-  if constexpr (kRS) { warpgroup_fence_operand(const_cast<TA&>(a)); }
-}
 
 template <class Traits, bool kCausal, bool kDropout>
 struct FwdMainloop {

@@ -2,21 +2,11 @@
 // once. Everything else goes to the sm80 kernels.
 #pragma once
 
-#include <cstdint>
-
 #include "../params.h"
 #include "fwd_api.h"
+#include "tma_rules.h"
 
 namespace flash::sm90 {
-
-namespace detail {
-inline bool tma_aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-// TMA: global strides (bytes) multiples of 16 -> element strides multiples of 8 (16-bit types);
-// zero strides (broadcast views) go to the sm80 kernels.
-inline bool tma_strides(int64_t row, int64_t head, int64_t batch) {
-  return row > 0 && head > 0 && batch > 0 && row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
-}
-}  // namespace detail
 
 // Not inline: declared in fwd_api.h, defined here once (fwd_dispatch.cu is the one includer).
 bool fwd_supports(const FwdParams& p) {

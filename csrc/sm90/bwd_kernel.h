@@ -1,0 +1,188 @@
+// The sm90 backward main kernel: one CTA per (kBlockN keys, head, batch); 384 threads.
+//   warpgroup 0 (producer, 24 registers): thread 0 loads K and V once (one mbarrier), then per
+//     query block Q with its LSE_log2 rows and dO with its delta rows through two PipelineTmaAsync
+//     pipelines of Traits::kStages stages (the LSE/delta rows by 1-D bulk copies on the same
+//     barriers);
+//   warpgroups 1, 2 (consumers, 240 registers): bwd_mainloop.h, then dK (scaled), dV to global.
+// The pre-pass (delta, LSE_log2 into the padded scratch) and the dQ conversion are the sm80
+// family's (bwd_kernel.h, launched by launch_bwd around this kernel): dq_accum is the same buffer.
+// Causal: the query blocks before the first one that sees the CTA's first key are skipped.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "../params.h"
+#include "bwd_mainloop.h"
+#include "bwd_tma.h"
+#include "fwd_layouts.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// Query blocks [m_min, m_max) that see any of the keys [n0, n0 + kBlockN).
+template <class Traits, bool kCausal>
+CUTE_DEVICE void q_block_range(const BwdParams& p, int n0, int& m_min, int& m_max) {
+  constexpr int kM = Traits::kBlockM;
+  m_min = 0;
+  m_max = (p.seqlen_q + kM - 1) / kM;
+  if constexpr (kCausal) {
+    // The first query that sees key n0: n0 - (seqlen_k - seqlen_q).
+    const int first = n0 - (p.seqlen_k - p.seqlen_q);
+    m_min = first <= 0 ? 0 : first / kM;
+  }
+}
+
+// The shared tiles as CuTe tensors (shapes in bwd_mainloop.h).
+template <class Traits>
+CUTE_DEVICE auto bwd_smem_tensors(typename Traits::SharedStorage& ss) {
+  struct {
+    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{})) q, dout;
+    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{})) qt, dot;
+    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{})) k, v;
+    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{})) kt;
+    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{})) ds;
+    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{})) dst;
+    decltype(make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{})) dq;
+    float* lse_log2;
+    float* delta;
+  } t{make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{}),
+      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutDO{}),
+      make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{}),
+      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{}),
+      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{}),
+      make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{}),
+      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{}),
+      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{}),
+      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}),
+      make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{}),
+      ss.lse_log2.data(),
+      ss.delta.data()};
+  return t;
+}
+
+// dK or dV of one consumer warpgroup (its 64 keys from key0) to global memory as Element, rows
+// past seqlen_k dropped; pairs of adjacent columns as one 32-bit store.
+template <class Traits, class TensorAcc>
+CUTE_DEVICE void store_dkv(TensorAcc const& acc, float scale, typename Traits::Element* base, int64_t row_stride,
+                           int key0, int seqlen_k, int tid) {
+  using Element = typename Traits::Element;
+  typename Traits::MmaKV mma_kv;
+  auto thr = mma_kv.get_thread_slice(tid);
+  Tensor coords = thr.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileKV{})));
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int row = key0 + get<0>(coords(i)), col = get<1>(coords(i));
+    if (row < seqlen_k) {
+      const Element pair[2] = {Element(acc(i) * scale), Element(acc(i + 1) * scale)};
+      uint32_t packed;
+      memcpy(&packed, pair, sizeof(packed));
+      *reinterpret_cast<uint32_t*>(base + row * row_stride + col) = packed;  // col even, row_stride even
+    }
+  }
+}
+
+template <class Traits, bool kCausal>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    bwd_kernel(CUTE_GRID_CONSTANT typename BwdTma<Traits>::Params const kp) {
+  using Element = typename Traits::Element;
+  using Storage = typename Traits::SharedStorage;
+  using Pipeline = typename Traits::Pipeline;
+  constexpr int kD = Traits::kHeadDim;
+  constexpr int kM = Traits::kBlockM;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
+  const BwdParams& p = kp.p;
+
+  const int wg = cutlass::canonical_warp_group_idx();
+  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int head_k = head / (p.nheads / p.nheads_k);
+  const int n0 = n_block * Traits::kBlockN;
+  int m_min, m_max;
+  q_block_range<Traits, kCausal>(p, n0, m_min, m_max);
+
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Traits::kTmaBytesQ;
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Traits::kNConsumerThreads;
+  Pipeline pipe_q(ss.pipe_q, pp, Shape<_1, _1, _1>{});
+  Pipeline pipe_do(ss.pipe_do, pp, Shape<_1, _1, _1>{});
+  if (threadIdx.x == 0) { cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_kv, 1); }
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  auto sm = bwd_smem_tensors<Traits>(ss);
+  // Scratch rows of this (batch, head): lse_log2 / delta (seqlen_q_rounded,) float32.
+  const int64_t scratch_row0 = (int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded;
+
+  if (wg == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x != 0 || m_max <= m_min) { return; }
+    using RowsD = Shape<Int<kM>, Int<kD>>;
+    using KeysD = Shape<Int<Traits::kBlockN>, Int<kD>>;
+    Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kD>{}, p.nheads, p.batch));
+    Tensor mdO = kp.tma_do.get_tma_tensor(make_shape(p.seqlen_q, Int<kD>{}, p.nheads, p.batch));
+    Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, Int<kD>{}, p.nheads_k, p.batch));
+    Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, Int<kD>{}, p.nheads_k, p.batch));
+    Tensor gQ = local_tile(mQ(_, _, head, batch), RowsD{}, make_coord(_, _0{}));  // (M, d, m_blocks)
+    Tensor gdO = local_tile(mdO(_, _, head, batch), RowsD{}, make_coord(_, _0{}));
+    Tensor gK = local_tile(mK(_, _, head_k, batch), KeysD{}, make_coord(n_block, _0{}));  // (N, d)
+    Tensor gV = local_tile(mV(_, _, head_k, batch), KeysD{}, make_coord(n_block, _0{}));
+
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.barrier_kv, Traits::kTmaBytesKV);
+    {
+      auto [tKgK, tKsK] = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.k), group_modes<0, 2>(gK));
+      copy(kp.tma_k.with(ss.barrier_kv), tKgK, tKsK);
+      auto [tVgV, tVsV] = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.v), group_modes<0, 2>(gV));
+      copy(kp.tma_v.with(ss.barrier_kv), tVgV, tVsV);
+    }
+    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.q), group_modes<0, 2>(gQ));
+    auto [tdOgdO, tdOsdO] =
+        tma_partition(kp.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dout), group_modes<0, 2>(gdO));
+    auto st_q = cutlass::make_producer_start_state<Pipeline>();
+    auto st_do = cutlass::make_producer_start_state<Pipeline>();
+    constexpr int kRowBytes = kM * int(sizeof(float));
+    for (int m = m_min; m < m_max; ++m) {
+      pipe_q.producer_acquire(st_q);
+      uint64_t* bar_q = pipe_q.producer_get_barrier(st_q);
+      copy(kp.tma_q.with(*bar_q), tQgQ(_, m), tQsQ(_, st_q.index()));
+      SM90_BULK_COPY_G2S::copy(p.lse_log2_ptr + scratch_row0 + m * kM, bar_q, sm.lse_log2 + st_q.index() * kM, kRowBytes);
+      ++st_q;
+      pipe_do.producer_acquire(st_do);
+      uint64_t* bar_do = pipe_do.producer_get_barrier(st_do);
+      copy(kp.tma_do.with(*bar_do), tdOgdO(_, m), tdOsdO(_, st_do.index()));
+      SM90_BULK_COPY_G2S::copy(p.delta_ptr + scratch_row0 + m * kM, bar_do, sm.delta + st_do.index() * kM, kRowBytes);
+      ++st_do;
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int cwg = wg - 1;
+  const int tid = threadIdx.x % 128;
+  using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
+  Tensor tdKrdK = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});  // ((2,2,d/8),1,1) fp32
+  Tensor tdVrdV = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});
+  clear(tdKrdK);
+  clear(tdVrdV);
+  if (m_max > m_min) {
+    Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
+    Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
+    BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, kp.tma_dq, gdQ, cwg, tid, n0, m_min, m_max,
+                                      p.seqlen_q, p.seqlen_k, p.scale_log2);
+  }
+  const int key0 = n0 + Traits::kWGKeys * cwg;
+  Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
+  Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
+  store_dkv<Traits>(tdKrdK, p.softmax_scale, dk, p.dk_row_stride, key0, p.seqlen_k, tid);
+  store_dkv<Traits>(tdVrdV, 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);
+  if (cwg == 0 && tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the last reduce read it
+}
+
+}  // namespace flash::sm90

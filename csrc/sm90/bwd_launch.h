@@ -1,0 +1,41 @@
+// Launch of the sm90 backward main kernel (definitions of run_bwd_main_ for the instantiation TUs,
+// compiled for sm_90a alone): TMA descriptors from BwdParams, grid, shared-memory opt-in, launch.
+// The sm80 family's launch_bwd (../bwd_launch.h) calls it between its pre-pass and dQ conversion.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../params.h"
+#include "bwd_api.h"
+#include "bwd_kernel.h"
+#include "bwd_tile_table.h"
+#include "bwd_tma.h"
+
+namespace flash::sm90 {
+
+template <class Traits, bool kCausal>
+cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStream_t stream) {
+  auto kernel = &bwd_kernel<Traits, kCausal>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) { return err; }
+  const BwdParams& p = kp.p;
+  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.nheads, p.batch);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+template <class Traits>
+cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
+  if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
+  const auto kp = BwdTma<Traits>::make_params(params);
+  const bool causal = params.window_left < 0 && params.window_right == 0;
+  return causal ? launch_bwd_kernel<Traits, true>(kp, stream) : launch_bwd_kernel<Traits, false>(kp, stream);
+}
+
+template <typename Element, int kHeadDim>
+cudaError_t run_bwd_main_(const BwdParams& params, cudaStream_t stream) {
+  return launch_bwd_main<BwdTraitsFor<Element, kHeadDim>>(params, stream);
+}
+
+}  // namespace flash::sm90

@@ -1,0 +1,163 @@
+// Consumer mainloop of the sm90 backward (bwd_traits.h has the GEMMs): one consumer warpgroup's 64
+// keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and adding
+// each block's dQ into dq_accum through shared memory and a TMA reduce-add.
+//
+// Per query block, in order: S^T and dP^T issued back to back (SS); P^T = exp2(S^T * scale_log2 -
+// LSE_log2) once S^T is done; dS^T = P^T (dP^T - D) once dP^T is; dV += P^T dO and dK += dS^T Q
+// issued (RS) while dS^T goes to shared memory; both warpgroups meet (named barrier), dQ = dS K (SS);
+// everything waited; the Q/dO stage released; dQ to shared memory, both meet again, one thread
+// issues the reduce-add. The reduce of block m is read before dQ of block m + 1 is written
+// (tma_store_wait by the issuing thread ahead of the first barrier).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "fwd_layouts.h"
+#include "wg_gemm.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones).
+enum class BwdBarrier : uint32_t { kDSReady = 0, kDQReady = 1 };
+
+// Key rows k, query columns i of S^T (rowcol view) get -inf where key n0 + k is not visible to
+// query m0 + i: past seqlen_k, or (causal) right of the bottom-right-aligned diagonal.
+template <bool kCausal, class TensorS, class TensorC>
+CUTE_DEVICE void mask_st(TensorS& s, TensorC const& tScS, int n0, int m0, int seqlen_q, int seqlen_k) {
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(s); ++r) {
+    const int key = n0 + get<0>(tScS(r, 0));
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(s); ++c) {
+      const int query = m0 + get<1>(tScS(r, c));
+      const bool visible = key < seqlen_k && (!kCausal || key <= query + seqlen_k - seqlen_q);
+      if (!visible) { s(r, c) = -INFINITY; }
+    }
+  }
+}
+
+template <class Traits, bool kCausal>
+struct BwdMainloop {
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kD = Traits::kHeadDim;
+
+  // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
+  // sdS (q, keys), sdSt (keys, q), sdQ (q, d) fp32; sLse, sDelta (q, stage) fp32.
+  // tma_dq / gdQ: the reduce-add and dq_accum's tiles (q, d, m_block) for this (head, batch).
+  template <class Smem, class TensorDK, class TensorDV, class TmaDQ, class GDQ>
+  CUTE_DEVICE static void run(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
+                              TensorDV& tdVrdV, TmaDQ const& tma_dq, GDQ const& gdQ, int cwg, int tid, int n0,
+                              int m_min, int m_max, int seqlen_q, int seqlen_k, float scale_log2) {
+    constexpr int kWGKeys = Traits::kWGKeys;
+    const bool dq_issuer = cwg == 0 && tid == 0;
+
+    typename Traits::MmaSdP mma_sdp;
+    typename Traits::MmaKV mma_kv;
+    typename Traits::MmaDQ mma_dq;
+    auto thr_sdp = mma_sdp.get_thread_slice(tid);
+    auto thr_kv = mma_kv.get_thread_slice(tid);
+    auto thr_dq = mma_dq.get_thread_slice(tid);
+
+    using WGKeysD = Shape<Int<kWGKeys>, Int<kD>>;
+    Tensor tSrK = thr_sdp.partition_fragment_A(local_tile(sm.k, WGKeysD{}, make_coord(cwg, _0{})));   // (MMA, 1, d/16)
+    Tensor tdPrV = thr_sdp.partition_fragment_A(local_tile(sm.v, WGKeysD{}, make_coord(cwg, _0{})));
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sm.q);      // (MMA, 1, d/16, stages)
+    Tensor tdPrdO = thr_sdp.partition_fragment_B(sm.dout);
+    Tensor tdKrQt = thr_kv.partition_fragment_B(sm.qt);    // (MMA, 1, kBlockM/16, stages)
+    Tensor tdVrdOt = thr_kv.partition_fragment_B(sm.dot);
+
+    // dQ part of this warpgroup: rows [r0, r0 + kDQRows), columns [c0, c0 + kDQCols) of the tile.
+    const int dq_row_blk = Traits::kDQSplitRows ? cwg : 0, dq_col_blk = Traits::kDQSplitRows ? 0 : cwg;
+    Tensor tdQrdS = thr_dq.partition_fragment_A(
+        local_tile(sm.ds, Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
+    Tensor tdQrKt = thr_dq.partition_fragment_B(
+        local_tile(sm.kt, Shape<Int<Traits::kDQCols>, Int<kBlockN>>{}, make_coord(dq_col_blk, _0{})));
+    Tensor tdQsdQ = thr_dq.partition_C(local_tile(
+        sm.dq, Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{}, make_coord(dq_row_blk, dq_col_blk)));
+    Tensor tSsdSt = thr_sdp.partition_C(
+        local_tile(sm.dst, Shape<Int<kWGKeys>, Int<kBlockM>>{}, make_coord(cwg, _0{})));  // this WG's dS^T
+
+    using TileS = decltype(select<0, 1>(typename Traits::TileSdP{}));
+    Tensor tSrS = partition_fragment_C(mma_sdp, TileS{});    // ((2,2,kBlockM/8),1,1) fp32: S^T, then P^T
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, TileS{});  // dP^T, then dS^T
+    Tensor rP = make_tensor<Element>(tSrS.layout());
+    Tensor rdS = make_tensor<Element>(tSrS.layout());
+    Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));     // ((2,2,2),1,kBlockM/16)
+    Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+    Tensor tdQrdQ = partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{}));
+
+    Tensor s = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));  // (keys, q) views
+    Tensor dp = make_tensor(tdPrdP.data(), acc_rowcol(tdPrdP.layout()));
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+    const int key0 = n0 + kWGKeys * cwg;
+
+    PipelineState st_q, st_do;
+    for (int m = m_min; m < m_max; ++m) {
+      const int m0 = m * kBlockM;
+      pipe_q.consumer_wait(st_q);
+      wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+      pipe_do.consumer_wait(st_do);
+      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      const bool need_mask = key0 + kWGKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+      if (need_mask) { mask_st<kCausal>(s, tScS_rc, key0, m0, seqlen_q, seqlen_k); }
+      const float* lse = sm.lse_log2 + st_q.index() * kBlockM;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        const float l = lse[get<1>(tScS_rc(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdPrdP);
+      const float* delta = sm.delta + st_do.index() * kBlockM;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(dp); ++c) {
+        const float dd = delta[get<1>(tScS_rc(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = s(r, c) * (dp(r, c) - dd); }
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) { rP(i) = Element(tSrS(i)); }
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdPrdP); ++i) { rdS(i) = Element(tdPrdP(i)); }
+      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+      CUTE_UNROLL
+      for (int i = 0; i < size(rdS); ++i) { tSsdSt(i) = rdS(i); }
+      cutlass::arch::fence_view_async_shared();   // wgmma (async proxy) reads what st.shared wrote
+      if (dq_issuer) { tma_store_wait<0>(); }     // the previous block's reduce has read sdQ
+      cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
+      wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe_q.consumer_release(st_q);
+      pipe_do.consumer_release(st_do);
+      ++st_q;
+      ++st_do;
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdQrdQ); ++i) { tdQsdQ(i) = tdQrdQ(i); }
+      cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
+      cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDQReady));
+      if (dq_issuer) {
+        auto [tdQgdQ_tma, tdQsdQ_tma] =
+            tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
+        copy(tma_dq, tdQsdQ_tma, tdQgdQ_tma(_, m));
+        tma_store_arrive();
+      }
+    }
+  }
+};
+
+}  // namespace flash::sm90

@@ -1,0 +1,71 @@
+// TMA descriptors of the sm90 backward and the kernel's parameter block, built on the host from
+// BwdParams: q/dout (seqlen_q, d, nheads, batch) in kBlockM-row boxes, k/v (seqlen_k, d, nheads_k,
+// batch) in kBlockN-row boxes (TMA zero-fills rows past seqlen), and the float32 dq_accum
+// (seqlen_q_rounded, d, nheads, batch) as the destination of a reduce-add per (kBlockM x d) tile.
+#pragma once
+
+#include <utility>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+
+#include "../params.h"
+#include "fwd_tma.h"  // make_gmem_bshd
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+template <class Traits>
+auto make_tma_qdo(const void* ptr, const BwdParams& p, int64_t row, int64_t head, int64_t batch) {
+  using Element = typename Traits::Element;
+  auto g = make_gmem_bshd<Element, Traits::kHeadDim>(static_cast<const Element*>(ptr), p.seqlen_q, p.nheads, p.batch,
+                                                     row, head, batch);
+  return make_tma_atom(SM90_TMA_LOAD{}, g, take<0, 2>(typename Traits::SmemLayoutQ{}),
+                       Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+}
+template <class Traits>
+auto make_tma_kv_bwd(const void* ptr, const BwdParams& p, int64_t row, int64_t head, int64_t batch) {
+  using Element = typename Traits::Element;
+  auto g = make_gmem_bshd<Element, Traits::kHeadDim>(static_cast<const Element*>(ptr), p.seqlen_k, p.nheads_k,
+                                                     p.batch, row, head, batch);
+  return make_tma_atom(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutK{},
+                       Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{});
+}
+// dq_accum (batch, nheads, seqlen_q_rounded, headdim_rounded) float32, row-major (params.h).
+template <class Traits>
+auto make_tma_dq_accum(const BwdParams& p) {
+  constexpr int kD = Traits::kHeadDim;
+  const int64_t head_stride = int64_t(p.seqlen_q_rounded) * kD;
+  auto g = make_tensor(make_gmem_ptr(p.dq_accum_ptr), make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch),
+                       make_stride(int64_t(kD), _1{}, head_stride, head_stride * p.nheads));
+  return make_tma_atom(SM90_TMA_REDUCE_ADD{}, g, typename Traits::SmemLayoutDQ{},
+                       Shape<Int<Traits::kBlockM>, Int<kD>>{});
+}
+
+template <class Traits>
+struct BwdTma {
+  using AtomQ = decltype(make_tma_qdo<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
+  using AtomKV = decltype(make_tma_kv_bwd<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
+  using AtomDQ = decltype(make_tma_dq_accum<Traits>(std::declval<const BwdParams&>()));
+
+  struct Params {
+    AtomQ tma_q;
+    AtomQ tma_do;
+    AtomKV tma_k;
+    AtomKV tma_v;
+    AtomDQ tma_dq;
+    BwdParams p;
+  };
+
+  static Params make_params(const BwdParams& p) {
+    return {make_tma_qdo<Traits>(p.q_ptr, p, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+            make_tma_qdo<Traits>(p.do_ptr, p, p.do_row_stride, p.do_head_stride, p.do_batch_stride),
+            make_tma_kv_bwd<Traits>(p.k_ptr, p, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+            make_tma_kv_bwd<Traits>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+            make_tma_dq_accum<Traits>(p),
+            p};
+  }
+};
+
+}  // namespace flash::sm90

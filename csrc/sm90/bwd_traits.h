@@ -1,0 +1,107 @@
+// Compile-time description of one sm90 backward tile: shared-memory layouts, the five warpgroup
+// MMAs, the Q/dO pipelines and the shared-storage struct. No code runs here.
+//
+// One CTA per (kBlockN keys, head, batch), 384 threads: warpgroup 0 is the producer (one thread
+// issues every TMA load), warpgroups 1 and 2 are consumers; consumer c owns keys
+// [64 c, 64 c + 64) of the block (dK, dV of those keys stay in its registers). Per query block of
+// kBlockM rows (FA3's design, "SdP swapAB": the scores are computed transposed, keys as rows):
+//   S^T  = K_c Q^T      wgmma 64 x kBlockM x d,     A, B from shared memory (SS)
+//   dP^T = V_c dO^T     wgmma 64 x kBlockM x d,     SS
+//   P^T = exp2(S^T * scale_log2 - LSE_log2[q]), dS^T = P^T (dP^T - D[q])   (registers)
+//   dV_c += P^T dO      wgmma 64 x d x kBlockM,     A (P^T) from registers, B (dO) MN-major (RS)
+//   dK_c += dS^T Q      wgmma 64 x d x kBlockM,     RS, B (Q) MN-major
+//   dQ    = dS K        both warpgroups' dS^T through shared memory; consumer c computes the
+//                       (64 x kDQCols) part dQ_c of the (kBlockM x d) tile, K-dim all kBlockN keys
+//                       (SS: A = dS keys-contiguous, B = K MN-major), fp32 to shared memory, one
+//                       TMA reduce-add into dq_accum (params.h) per query block.
+#pragma once
+
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per step of the loop
+  static constexpr int kBlockN = kBlockN_;  // keys per CTA: 2 consumer warpgroups x 64
+  static constexpr int kStages = kStages_;  // Q and dO pipelines each
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kWGKeys = 64;
+  static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
+  static constexpr int kNConsumerThreads = 128 * kNConsumerWG;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  // dQ (kBlockM x d) split between the consumers: by rows when kBlockM = 128, else by columns.
+  static constexpr bool kDQSplitRows = kBlockM == 128;
+  static constexpr int kDQRows = kDQSplitRows ? 64 : kBlockM;
+  static constexpr int kDQCols = kDQSplitRows ? kHeadDim : kHeadDim / 2;
+
+  static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
+  static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM is the N of the S^T wgmma and one or two dQ row blocks");
+  static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
+  static_assert(kDQCols % 64 == 0 || kDQCols == 32, "dQ column split at whole swizzle atoms of K");
+  static_assert(sizeof(Element) == 2, "16-bit inputs only");
+
+  using TileSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T per consumer
+  using TileKV = Shape<Int<kWGKeys>, Int<kHeadDim>, Int<kBlockM>>;   // dK, dV per consumer
+  using TileDQ = Shape<Int<kDQRows>, Int<kDQCols>, Int<kBlockN>>;    // dQ part per consumer
+  using MmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileSdP>()));
+  using MmaKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TileKV, GMMA::Major::K, GMMA::Major::MN>()));
+  using MmaDQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, TileDQ, GMMA::Major::K, GMMA::Major::MN>()));
+
+  // 128-byte swizzle, contiguous dim last in the shape's order of the K-major atoms.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutDO = SmemLayoutQ;
+  // Q^T / dO^T (d, q, stage): the same bytes viewed with the row index second (B of dK, dV).
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // K is also B of dQ = dS K, read MN-major in column slices of kDQCols: 32-column slices (d = 64 with
+  // kBlockM = 64) need the 64-byte swizzle, whose atoms are 32 elements wide.
+  using SmemAtomK = std::conditional_t<kDQCols % 64 == 0, SmemAtom, GMMA::Layout_K_SW64_Atom<Element>>;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutV = SmemLayoutK;
+  using SmemLayoutKt = decltype(composition(SmemLayoutK{},
+                                            make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  // dS (q, keys), keys contiguous: A of dQ = dS K; written through its transpose (keys, q).
+  using SmemLayoutDS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using SmemLayoutDSt = decltype(composition(SmemLayoutDS{},
+                                             make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Step<_2, _1>{})));
+  // dQ partial sums (q, d) fp32 for the TMA reduce-add.
+  using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename cutlass::PipelineState<kStages>;
+
+  // Q + its LSE_log2 rows, dO + its delta rows (params.h BwdParams scratch) per stage.
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element) + kBlockM * sizeof(float);
+  static constexpr uint32_t kTmaBytesKV = 2 * kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cosize_v<SmemLayoutDO>, 1024> dout;
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    cute::array_aligned<Element, cosize_v<SmemLayoutDS>, 1024> ds;
+    cute::array_aligned<float, cosize_v<SmemLayoutDQ>, 1024> dq;
+    cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
+    cute::array_aligned<float, kBlockM * kStages, 16> delta;
+    typename Pipeline::SharedStorage pipe_q;
+    typename Pipeline::SharedStorage pipe_do;
+    alignas(8) uint64_t barrier_kv;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 232448, "exceeds the 227 KB per-block shared memory of sm90");
+};
+
+}  // namespace flash::sm90

@@ -1,0 +1,83 @@
+"""The Hopper (sm90) backward: gradients vs autograd through a float32 reference (FA2's rule: each of
+dq, dk, dv within twice PyTorch's own low-precision error + 1e-4), on shapes that cross every tile
+boundary of its tiles (64/128 query rows per step, 128 keys per CTA), causal both ways, GQA, strided
+inputs, and the check that the sm90 main kernel really ran (last_bwd_family). Runs with
+FLASH_ATTN_CUDA_FAMILY=sm90 (both directions then ask for sm90); skipped where it cannot run.
+"""
+import pytest
+import torch
+from fa2_checks import assert_grads_fa2_close
+import flash_attn_cuda
+from flash_attn_cuda import attention
+from flash_attn_cuda.reference import attention_ref
+
+pytestmark = pytest.mark.gpu
+
+SM90_BWD_HDIMS = (64, 128)  # csrc/sm90/bwd_tile_table.h
+HDIMS = [d for d in SM90_BWD_HDIMS if d in (flash_attn_cuda.compiled_head_dims() or ())] or [128]
+DTYPES = flash_attn_cuda.compiled_dtypes() or (torch.bfloat16,)
+
+
+@pytest.fixture(autouse=True)
+def _sm90(monkeypatch):
+    if not flash_attn_cuda._ops.HAS_BACKWARD:
+        pytest.skip("built with FLASH_ATTN_CUDA_BACKWARD=0")
+    if not flash_attn_cuda._ops.HAS_SM90 or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family needs 90a in the build and a compute capability 9.0 GPU")
+    monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm90")
+
+
+def check(q, k, v, causal, expect_sm90=True):
+    assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=causal),
+                           lambda a, b, c, dt: attention_ref(a, b, c, causal, compute_dtype=dt)[0],
+                           (q, k, v), torch.randn_like(q))
+    if expect_sm90:
+        assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+
+
+def rand(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+# Tile edges: 1, 63/64/65, 127/128/129 rows or keys; seqlen_q > seqlen_k and < (causal is bottom-right).
+SEQLENS = [(1, 1), (64, 128), (65, 129), (127, 63), (129, 257), (200, 1000), (1000, 200), (1024, 1024)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+def test_sm90_gradients(seqlen_q, seqlen_k, causal, hdim, dtype):
+    torch.manual_seed(seqlen_q * 7 + seqlen_k + hdim)
+    q = rand(2, seqlen_q, 3, hdim, dtype=dtype)
+    k = rand(2, seqlen_k, 3, hdim, dtype=dtype)
+    v = rand(2, seqlen_k, 3, hdim, dtype=dtype)
+    check(q, k, v, causal)
+
+
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("nheads,nheads_k", [(8, 2), (6, 1)])
+def test_sm90_gqa_gradients(nheads, nheads_k, causal, hdim):
+    torch.manual_seed(nheads_k + hdim)
+    dtype = DTYPES[0]
+    q = rand(2, 150, nheads, hdim, dtype=dtype)
+    k = rand(2, 333, nheads_k, hdim, dtype=dtype)
+    v = rand(2, 333, nheads_k, hdim, dtype=dtype)
+    check(q, k, v, causal)
+
+
+@pytest.mark.parametrize("hdim", HDIMS)
+def test_sm90_strided_gradients(hdim):
+    qkv = rand(2, 300, 3, 4, hdim, dtype=DTYPES[-1])  # q, k, v interleaved: row stride 3 * 4 * hdim
+    check(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+
+
+def test_sm90_leaves_unsupported_calls_to_sm80():
+    """Options the sm90 backward lacks (here a sliding window) run the sm80 kernels, right."""
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    q, k, v = (rand(1, 200, 2, hdim, dtype=dtype) for _ in range(3))
+    assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=True, window_size=(32, 0)),
+                           lambda a, b, c, dt: attention_ref(a, b, c, True, window_size=(32, 0), compute_dtype=dt)[0],
+                           (q, k, v), torch.randn_like(q))
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm80"
