@@ -85,11 +85,15 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   }
   BwdParams run = params;
   run.main_kernel = nullptr;
+  run.dq_accum_row_major = false;
   const bool sm90 = bwd_family(params) == FwdFamily::kSm90;
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE)                                                     \
   case DType::ENUM:                                                                \
-    if (sm90) { run.main_kernel = sm90_bwd_main_for<TYPE>(params.headdim_rounded); } \
+    if (sm90) {                                                                      \
+      run.main_kernel = sm90_bwd_main_for<TYPE>(params.headdim_rounded);             \
+      run.dq_accum_row_major = true;                                                 \
+    }                                                                                \
     return run_bwd_dtype<TYPE>(run, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE

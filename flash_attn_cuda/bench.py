@@ -49,8 +49,8 @@ import torch.nn.functional as F
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
          "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99")
-# flash_attn_cuda_sm80 / _sm90: ours with the forward family forced (FLASH_ATTN_CUDA_FAMILY around each
-# call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
+# flash_attn_cuda_sm80 / _sm90: ours with the family forced (FLASH_ATTN_CUDA_FAMILY around each forward and
+# backward call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
 # flash_attn_cuda_smem163 / _smem99: ours under FLASH_ATTN_CUDA_SMEM_BUDGET=163 / 99 around every timed
 # call (forward and backward): the tiles A100 / sm86-sm89 run, timed on this GPU as a stand-in.
 # Asked for by name (--impls); the default list leaves them out.
@@ -211,7 +211,9 @@ def make_bwd(impl: str, inputs: List[tuple], causal: bool,
     fns = {"fwd": lambda i: attn(*leaves[i]),
            "bwd": lambda i: torch.autograd.grad(outs[i], leaves[i], douts[i], retain_graph=True),
            "fwdbwd": lambda i: torch.autograd.grad(attn(*leaves[i]), leaves[i], douts[i])}
-    return {name: under_budget(impl, fn) for name, fn in fns.items()}
+    # The family knob around the backward too (it reads FLASH_ATTN_CUDA_FAMILY when autograd calls it).
+    family = FAMILY_IMPLS.get(impl)
+    return {name: under_budget(impl, forced_family(family, fn) if family else fn) for name, fn in fns.items()}
 
 
 def _check_backward(impl: str) -> None:
