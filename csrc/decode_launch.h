@@ -13,9 +13,9 @@
 
 namespace flash {
 
-template <typename Traits>
+template <typename Traits, bool kPaged>
 cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
-  auto kernel = &decode_kernel<Traits>;
+  auto kernel = &decode_kernel<Traits, kPaged>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -30,7 +30,9 @@ cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
 // Instantiated in instantiations/decode_hdim*_*.cu.
 template <typename Element, int kHeadDim>
 cudaError_t run_decode_(const KvCacheParams& params, cudaStream_t stream) {
-  return launch_decode<DecodeTraits<kHeadDim, Element>>(params, stream);
+  using Traits = DecodeTraits<kHeadDim, Element>;
+  return params.block_table != nullptr ? launch_decode<Traits, true>(params, stream)
+                                       : launch_decode<Traits, false>(params, stream);
 }
 
 // Instantiated in instantiations/kvcache_*.cu (one per element type).
