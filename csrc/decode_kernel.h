@@ -12,6 +12,7 @@
 #include <cute/tensor.hpp>
 
 #include "decode_traits.h"
+#include "grid_dependency.h"
 #include "mask.h"
 #include "params.h"
 #include "score_mods.h"
@@ -105,6 +106,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   constexpr int kWarpKeys = Traits::kWarpKeys;
   constexpr int kChunks = kHeadDim / 8;  // 16-B chunks per row
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // The split-KV combine (launched after this grid with programmatic dependent launch) may start
+  // its thread blocks once every block of this grid runs; it waits for this grid's end itself.
+  griddep_launch_dependents();
 
   const int m_block = blockIdx.x, split = blockIdx.y;
   const int batch = blockIdx.z / params.nheads_k, head_k = blockIdx.z % params.nheads_k;

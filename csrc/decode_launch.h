@@ -44,11 +44,23 @@ cudaError_t run_kvcache_append_(const KvCacheParams& params, cudaStream_t stream
   return cudaGetLastError();
 }
 
+// One thread block per output row; overlap_combine: programmatic dependent launch (the thread
+// blocks start as the decode grid drains, griddep_wait() in the kernel orders the reads).
 template <typename Element>
 cudaError_t run_splitkv_combine_(const KvCacheParams& params, cudaStream_t stream) {
   const int64_t rows = int64_t(params.batch) * params.nheads * params.seqlen_q;
-  splitkv_combine_kernel<Element><<<dim3((rows + kCombineWarps - 1) / kCombineWarps), 32 * kCombineWarps, 0, stream>>>(params);
-  return cudaGetLastError();
+  if (rows == 0) { return cudaSuccess; }
+  if (rows > int64_t(0x7fffffff)) { return cudaErrorInvalidValue; }
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(rows));
+  config.blockDim = dim3(kCombineThreads);
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = params.overlap_combine ? 1 : 0;
+  return cudaLaunchKernelEx(&config, splitkv_combine_kernel<Element>, params);
 }
 
 }  // namespace flash
