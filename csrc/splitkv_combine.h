@@ -24,6 +24,7 @@ namespace flash {
 
 constexpr int kCombineThreads = 128;
 constexpr int kCombineWarps = kCombineThreads / 32;
+constexpr int kCombineLoads = 8;  // partial-row loads in flight per thread (a warp's share of 32 splits)
 static_assert(kMaxSplits <= kCombineThreads, "one split's lse per thread");
 
 // x reduced over the thread block with op (every thread gets the result); scratch: kCombineWarps floats.
@@ -61,13 +62,25 @@ __global__ void __launch_bounds__(kCombineThreads) splitkv_combine_kernel(__grid
   __syncthreads();
 
   const int headdim = min(params.headdim, kCombineMaxHeadDim);
+  const float* o_row = params.oaccum_ptr + row * params.headdim_rounded;  // split s at o_row + s * split_stride
+  const int64_t split_stride = rows * params.headdim_rounded;
   for (int c = lane * 4; c < headdim; c += 32 * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int s = warp; s < splits; s += kCombineWarps) {
-      const float w = weight[s];
-      const float4 o = *reinterpret_cast<const float4*>(params.oaccum_ptr + (s * rows + row) * params.headdim_rounded + c);
-      acc.x += w * o.x; acc.y += w * o.y; acc.z += w * o.z; acc.w += w * o.w;
+    for (int s0 = warp; s0 < splits; s0 += kCombineWarps * kCombineLoads) {
+      // Unconditional loads (past the last split: the last split again, weight 0), all issued
+      // before the first use: kCombineLoads in flight.
+      float4 o[kCombineLoads];
+      CUTE_UNROLL
+      for (int u = 0; u < kCombineLoads; ++u) {
+        const int s = min(s0 + u * kCombineWarps, splits - 1);
+        o[u] = *reinterpret_cast<const float4*>(o_row + s * split_stride + c);
+      }
+      CUTE_UNROLL
+      for (int u = 0; u < kCombineLoads; ++u) {
+        const int s = s0 + u * kCombineWarps;
+        const float w = s < splits ? weight[s] : 0.f;
+        acc.x += w * o[u].x; acc.y += w * o[u].y; acc.z += w * o[u].z; acc.w += w * o[u].w;
+      }
     }
     partial[warp][c / 4] = acc;
   }
