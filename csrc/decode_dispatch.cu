@@ -4,6 +4,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "decode_traits.h"
+#include "device_attribute.h"
 #include "flash_api.h"
 #include "heuristics.h"
 #include "instantiations/build_config.h"
@@ -22,7 +23,7 @@ bool kvcache_params_supported(const KvCacheParams& p) {
          (p.seqlen_new == 0 || (p.knew_ptr != nullptr && p.vnew_ptr != nullptr)) &&
          (p.rotary_dim == 0 || (p.rotary_dim % 16 == 0 && p.rotary_dim <= p.headdim && p.seqlen_ro > 0 &&
                                 p.rotary_cos_ptr != nullptr && p.rotary_sin_ptr != nullptr && p.q_in_ptr != nullptr)) &&
-         int64_t(p.batch) * p.nheads_k <= 65535 && int64_t(p.seqlen_q) * (p.nheads / p.nheads_k) <= kMaxSeqlen;
+         int64_t(p.batch) * p.nheads_k <= 65535 && p.headdim <= kCombineMaxHeadDim && int64_t(p.seqlen_q) * (p.nheads / p.nheads_k) <= kMaxSeqlen;
 }
 
 static DecodeTileInfo decode_tile(int headdim_rounded) {
@@ -67,8 +68,10 @@ static cudaError_t run_kvcache_dtype(const KvCacheParams& p, cudaStream_t stream
   return run_splitkv_combine_<Element>(p, stream);
 }
 
-cudaError_t run_kvcache(const KvCacheParams& params, cudaStream_t stream) {
-  if (!kvcache_params_supported(params)) { return cudaErrorInvalidValue; }
+cudaError_t run_kvcache(const KvCacheParams& caller_params, cudaStream_t stream) {
+  if (!kvcache_params_supported(caller_params)) { return cudaErrorInvalidValue; }
+  KvCacheParams params = caller_params;
+  params.overlap_combine = current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \

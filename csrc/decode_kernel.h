@@ -4,13 +4,15 @@
 //     each K/V tile is read once per group (params.h, KvCacheParams).
 //   - Split-KV: split s of the tile's visible key blocks; its normalised O and LSE go to float32
 //     partials that splitkv_combine_kernel merges (num_splits == 1 writes out / lse directly).
-//   - Paged or contiguous cache, rows addressed one by one (any page size), ragged lengths read on
-//     the device (CUDA-graph safe: nothing about them comes from the host).
+//   - Paged or contiguous cache (two instantiations, kPaged), rows addressed one by one (any page
+//     size), ragged lengths read on the device (CUDA-graph safe: nothing about them comes from the
+//     host). Paged: block_table entries travel in the cp.async stream, a few blocks ahead.
 #pragma once
 
 #include <cute/tensor.hpp>
 
 #include "decode_traits.h"
+#include "grid_dependency.h"
 #include "mask.h"
 #include "params.h"
 #include "score_mods.h"
@@ -54,12 +56,26 @@ struct KvCacheSeq {
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int a, int64_t batch_stride, int64_t row_stride) const {
     return slot_offset(p, page_of(p, a), a, batch_stride, row_stride);
   }
+  // Paged: index into this sequence's block_table row of the page holding slot a (< max_pages
+  // when a < capacity = max_pages * page_size).
+  CUTE_DEVICE int page_index(KvCacheParams const& p, int a) const {
+    return p.page_shift >= 0 ? a >> p.page_shift : a / p.page_size;
+  }
+  // Paged: row of slot a inside its page.
+  CUTE_DEVICE int row_in_page(KvCacheParams const& p, int a) const {
+    return p.page_shift >= 0 ? a & (p.page_size - 1) : a % p.page_size;
+  }
 };
 
 // 16-byte cp.async global -> shared; pred == false writes zeros and reads nothing.
 CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
   SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>::copy(*static_cast<const uint128_t*>(gmem),
                                                    *static_cast<uint128_t*>(smem), pred);
+}
+// 4-byte cp.async (through L1: the block_table entries of one page are read by many rows).
+CUTE_DEVICE void cp_async_4(int* smem, const int* gmem, bool pred) {
+  SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint32_t>::copy(*reinterpret_cast<const uint32_t*>(gmem),
+                                                  *reinterpret_cast<uint32_t*>(smem), pred);
 }
 
 // S(r, c) -= slope(head of row r) * |token(r) + shift - key(c)|, ALiBi on packed rows: each row
@@ -78,7 +94,8 @@ CUTE_DEVICE void apply_alibi_packed(Acc& acc_s, Coords const& coords, KvCachePar
   }
 }
 
-template <typename Traits>
+// kPaged: params.block_table != nullptr (a paged cache); else contiguous, no page code at all.
+template <typename Traits, bool kPaged>
 __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_constant__ const KvCacheParams params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -89,6 +106,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   constexpr int kWarpKeys = Traits::kWarpKeys;
   constexpr int kChunks = kHeadDim / 8;  // 16-B chunks per row
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // The split-KV combine (launched after this grid with programmatic dependent launch) may start
+  // its thread blocks once every block of this grid runs; it waits for this grid's end itself.
+  griddep_launch_dependents();
 
   const int m_block = blockIdx.x, split = blockIdx.y;
   const int batch = blockIdx.z / params.nheads_k, head_k = blockIdx.z % params.nheads_k;
@@ -109,6 +129,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   Element* q_smem = reinterpret_cast<Element*>(smem);                                    // (kBlockM, d)
   char* stage_smem = smem + Traits::kSmemQElems * sizeof(Element);                      // kStages x (K, V)
   float* stats = reinterpret_cast<float*>(stage_smem + kStages * Traits::kStageBytes);  // (2 warps + 1, kBlockM)
+  int* page_ring = reinterpret_cast<int*>(stats + (2 * kNWarps + 1) * kBlockM);           // (kPageSlots, kBlockN)
   auto k_smem = [&](int stage) { return reinterpret_cast<Element*>(stage_smem + stage * Traits::kStageBytes); };
   auto v_smem = [&](int stage) { return k_smem(stage) + Traits::kSmemKVElems; };
 
@@ -165,40 +186,72 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
     }
   };
   // K/V block n into a stage: rows past the sequence (and columns past d) are zeros. Thread tid
-  // copies the 16-B chunks tid + it * kNThreads (row-major over (kBlockN, kChunks)). The pages of
-  // those rows are looked up (locate) one block before the copy, so a paged cache's block_table
-  // reads are in flight under the previous block's math instead of in front of the copy.
+  // copies the 16-B chunks tid + it * kNThreads (row-major over (kBlockN, kChunks)): always the same
+  // column, rows chunk_row(it).
   constexpr int kKvIters = kBlockN * kChunks / Traits::kNThreads;  // chunks per thread per K/V block
-  static_assert(kBlockN * kChunks % Traits::kNThreads == 0);
+  static_assert(kBlockN * kChunks % Traits::kNThreads == 0 && Traits::kNThreads % kChunks == 0);
   auto chunk_row = [&](int it) { return (tid + it * Traits::kNThreads) / kChunks; };
-  auto chunk_col = [&](int it) { return (tid + it * Traits::kNThreads) % kChunks * 8; };
-  int page[kKvIters];  // page (or cache row) of each of this thread's chunks of the block to load next
-  auto locate = [&](int n) {
-    if (seq.pages == nullptr) { return; }  // contiguous: the row is seq.cache_row, nothing to read
+  const int col = tid % kChunks * 8;  // this thread's column of every K/V row it copies
+  const int64_t k_col = head_k * params.k_head_stride + col, v_col = head_k * params.v_head_stride + col;
+  // Paged: the page of each key row of block n, as written in block_table (clamped where used),
+  // lands in page_ring slot (n - n_begin) % kPageSlots through 4-B cp.asyncs issued in the commit
+  // group kStages - 1 groups before the one that copies block n's K/V: the wait that releases a
+  // stage also releases the pages of the block about to be copied into it, so no block_table read
+  // waits (in a register scoreboard) behind the K/V stream. Rows past the sequence read no entry.
+  constexpr int kPageSlots = Traits::kPageSlots;
+  static_assert(kBlockN <= Traits::kNThreads, "one block_table entry per thread and block");
+  auto fetch_pages = [&](int n) {
+    if constexpr (kPaged) {
+      if (n >= n_end || tid >= kBlockN) { return; }
+      const int key = n * kBlockN + tid;
+      const bool ok = key < seq.seqlen_k;
+      const int index = ok ? seq.page_index(params, seq.leftpad + key) : 0;
+      cp_async_4(page_ring + (n - n_begin) % kPageSlots * kBlockN + tid, seq.pages + index, ok);
+    }
+  };
+  // Paged: no branch per chunk (a row past the sequence reads its zero-filled entry, page 0, and
+  // copies nothing); the row inside the page by mask (kPow2, a uniform branch per block picks it)
+  // or by division (page sizes that are not powers of two).
+  auto load_kv_paged = [&](int n, int stage, auto pow2) {
+    constexpr bool kPow2 = decltype(pow2)::value;
+    Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+    Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+    const int* pages = page_ring + (n - n_begin) % kPageSlots * kBlockN;  // (kBlockN,) of block n
     CUTE_UNROLL
     for (int it = 0; it < kKvIters; ++it) {
-      const int key = n * kBlockN + chunk_row(it);
-      page[it] = key < seq.seqlen_k ? seq.page_of(params, seq.leftpad + key) : 0;
+      const int r = chunk_row(it), key = n * kBlockN + r, slot = seq.leftpad + key;
+      const bool ok = key < seq.seqlen_k && col < params.headdim;
+      const int page = min(max(pages[r], 0), params.num_pages - 1);  // a bad block_table reads a wrong page, never outside
+      const int row = kPow2 ? slot & (params.page_size - 1) : slot % params.page_size;
+      const int64_t k_off = page * params.k_batch_stride + int64_t(row) * params.k_row_stride + k_col;
+      const int64_t v_off = page * params.v_batch_stride + int64_t(row) * params.v_row_stride + v_col;
+      cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
+      cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
     }
   };
   auto load_kv = [&](int n, int stage) {
-    Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
-    Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
-    CUTE_UNROLL
-    for (int it = 0; it < kKvIters; ++it) {
-      const int r = chunk_row(it), col = chunk_col(it), key = n * kBlockN + r;
-      const bool ok = key < seq.seqlen_k && col < params.headdim;
-      int64_t k_off = 0, v_off = 0;
-      if (ok) {
-        const int slot = seq.leftpad + key;
-        const int where = seq.pages != nullptr ? page[it] : seq.cache_row;
-        k_off = seq.slot_offset(params, where, slot, params.k_batch_stride, params.k_row_stride) +
-                head_k * params.k_head_stride + col;
-        v_off = seq.slot_offset(params, where, slot, params.v_batch_stride, params.v_row_stride) +
-                head_k * params.v_head_stride + col;
+    if constexpr (kPaged) {
+      if (params.page_shift >= 0) {
+        load_kv_paged(n, stage, cute::true_type{});
+      } else {
+        load_kv_paged(n, stage, cute::false_type{});
       }
-      cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
-      cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
+    } else {
+      Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+      Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
+      CUTE_UNROLL
+      for (int it = 0; it < kKvIters; ++it) {
+        const int r = chunk_row(it), key = n * kBlockN + r;
+        const bool ok = key < seq.seqlen_k && col < params.headdim;
+        int64_t k_off = 0, v_off = 0;
+        if (ok) {
+          const int slot = seq.leftpad + key;
+          k_off = seq.cache_row * params.k_batch_stride + int64_t(slot) * params.k_row_stride + k_col;
+          v_off = seq.cache_row * params.v_batch_stride + int64_t(slot) * params.v_row_stride + v_col;
+        }
+        cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
+        cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
+      }
     }
   };
 
@@ -240,27 +293,33 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   };
 
   // ---------------------------------------------------------------- PROLOGUE
+  if constexpr (kPaged) {  // pages of the first kStages - 1 blocks, waited for here
+    CUTE_UNROLL
+    for (int s = 0; s < kStages - 1; ++s) { fetch_pages(n_begin + s); }
+    cp_async_fence();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   load_q();  // in the first commit group, with block n_begin
   CUTE_UNROLL
   for (int s = 0; s < kStages - 1; ++s) {
-    if (n_begin + s < n_end) {
-      locate(n_begin + s);
-      load_kv(n_begin + s, s);
-    }
+    if (n_begin + s < n_end) { load_kv(n_begin + s, s); }
+    fetch_pages(n_begin + s + kStages - 1);  // slots not read before the main loop's first barrier
     cp_async_fence();
   }
-  if (n_begin + kStages - 1 < n_end) { locate(n_begin + kStages - 1); }
 
   // ---------------------------------------------------------------- MAIN LOOP
   // Block n sits in stage (n - n_begin) % kStages; kStages - 1 blocks are in flight while it is used.
+  // Paged: the group of block n + kStages - 1 also carries the pages of block n + 2 * (kStages - 1),
+  // into block n's slot (read by load_kv(n), at least one barrier ago).
   CUTE_NO_UNROLL
   for (int n = n_begin; n < n_end; ++n) {
     const int i = n - n_begin, stage = i % kStages;
-    cp_async_wait<kStages - 2>();  // block n (and Q) landed for this thread ...
+    cp_async_wait<kStages - 2>();  // block n (and Q; paged: pages of block n + kStages - 1) landed for this thread ...
     __syncthreads();               // ... and every thread; every warp is done with block n - 1's stage
     if (n + kStages - 1 < n_end) { load_kv(n + kStages - 1, (i + kStages - 1) % kStages); }
+    fetch_pages(n + 2 * (kStages - 1));
     cp_async_fence();
-    if (n + kStages < n_end) { locate(n + kStages); }  // pages of the next block to load, read under this one's math
     if (i == 0) { copy(smem_copy_Q, smem_copy_Q.get_thread_slice(lane).partition_S(sQ),
                        smem_copy_Q.get_thread_slice(lane).retile_D(tSrQ)); }  // Q stays in registers
 

@@ -13,9 +13,9 @@
 
 namespace flash {
 
-template <typename Traits>
+template <typename Traits, bool kPaged>
 cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
-  auto kernel = &decode_kernel<Traits>;
+  auto kernel = &decode_kernel<Traits, kPaged>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem >= 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -30,7 +30,9 @@ cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
 // Instantiated in instantiations/decode_hdim*_*.cu.
 template <typename Element, int kHeadDim>
 cudaError_t run_decode_(const KvCacheParams& params, cudaStream_t stream) {
-  return launch_decode<DecodeTraits<kHeadDim, Element>>(params, stream);
+  using Traits = DecodeTraits<kHeadDim, Element>;
+  return params.block_table != nullptr ? launch_decode<Traits, true>(params, stream)
+                                       : launch_decode<Traits, false>(params, stream);
 }
 
 // Instantiated in instantiations/kvcache_*.cu (one per element type).
@@ -42,11 +44,23 @@ cudaError_t run_kvcache_append_(const KvCacheParams& params, cudaStream_t stream
   return cudaGetLastError();
 }
 
+// One thread block per output row; overlap_combine: programmatic dependent launch (the thread
+// blocks start as the decode grid drains, griddep_wait() in the kernel orders the reads).
 template <typename Element>
 cudaError_t run_splitkv_combine_(const KvCacheParams& params, cudaStream_t stream) {
   const int64_t rows = int64_t(params.batch) * params.nheads * params.seqlen_q;
-  splitkv_combine_kernel<Element><<<dim3((rows + kCombineWarps - 1) / kCombineWarps), 32 * kCombineWarps, 0, stream>>>(params);
-  return cudaGetLastError();
+  if (rows == 0) { return cudaSuccess; }
+  if (rows > int64_t(0x7fffffff)) { return cudaErrorInvalidValue; }
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(rows));
+  config.blockDim = dim3(kCombineThreads);
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = params.overlap_combine ? 1 : 0;
+  return cudaLaunchKernelEx(&config, splitkv_combine_kernel<Element>, params);
 }
 
 }  // namespace flash

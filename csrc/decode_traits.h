@@ -53,7 +53,14 @@ struct DecodeTraits {
   static_assert(kMergeBytes <= kStages * kStageBytes);
   // Per-warp row max / row sum, then the merged LSE: (2 * warps + 1, kBlockM) fp32.
   static constexpr int kStatsBytes = (2 * kNWarps + 1) * kBlockM * int(sizeof(float));
-  static constexpr int kSmemBytes = kSmemQElems * int(sizeof(Element)) + kStages * kStageBytes + kStatsBytes;
+  // Paged cache: the page of each key row of kPageSlots K/V blocks, (kPageSlots, kBlockN) int32,
+  // copied from block_table kStages - 1 blocks ahead of that block's K/V copy (decode_kernel.h).
+  // The prologue holds the pages of 2 * (kStages - 1) blocks at once, the main loop reuses a slot
+  // kStages - 1 barriers after its last read. 1 KB at kStages = 3: two thread blocks still fit an SM.
+  static constexpr int kPageSlots = 2 * (kStages - 1);
+  static constexpr int kPageRingBytes = kPageSlots * kBlockN * int(sizeof(int));
+  static constexpr int kSmemBytes =
+      kSmemQElems * int(sizeof(Element)) + kStages * kStageBytes + kStatsBytes + kPageRingBytes;
 };
 
 // What the host needs of a head dim's decode tile (the same for both dtypes).

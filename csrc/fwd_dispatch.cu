@@ -6,9 +6,9 @@
 #include <cutlass/numeric_types.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
+#include "device_attribute.h"
 #include "flash_api.h"
 #include "fwd_tile_config.h"
 #include "instantiations/build_config.h"
@@ -19,24 +19,6 @@
 namespace flash {
 
 // ---- shared-memory budget (smem_budget.h)
-
-// An attribute of the current device, cached per (attribute, device): a driver call on every call
-// otherwise. 0 on a CUDA error (uncached, asked again next time).
-template <cudaDeviceAttr kAttr>
-static int current_device_attribute() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cache[kCachedDevices] = {};  // value + 1; 0 = not asked yet
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) { return 0; }
-  const bool cached = device >= 0 && device < kCachedDevices;
-  if (cached) {
-    if (int known = cache[device].load(std::memory_order_relaxed)) { return known - 1; }
-  }
-  int value = 0;
-  if (cudaDeviceGetAttribute(&value, kAttr, device) != cudaSuccess) { return 0; }
-  if (cached) { cache[device].store(value + 1, std::memory_order_relaxed); }
-  return value;
-}
 
 int smem_budget_bytes(const FwdParams& params) {
   const int optin = current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>();

@@ -9,6 +9,8 @@ namespace flash {
 
 // Most key splits a KV-cache call may use (the combine reads num_splits partials per row).
 constexpr int kMaxSplits = 128;
+// Widest head the split-KV combine kernel handles (its per-warp sums live in shared memory).
+constexpr int kCombineMaxHeadDim = 256;
 
 // How many splits of the key axis the decode kernel (memory-bound) uses: none when the unsplit
 // thread blocks already fill 80 % of the GPU's slots (SMs x blocks per SM); else one full wave,

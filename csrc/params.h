@@ -179,6 +179,9 @@ struct KvCacheParams : FwdParams {
   int num_splits = 1;
   float* __restrict__ oaccum_ptr = nullptr;
   float* __restrict__ lse_accum_ptr = nullptr;
+  // Set by the dispatch (run_kvcache), not the caller: launch the combine with programmatic
+  // dependent launch (the device has it: compute capability 9.0+).
+  bool overlap_combine = false;
 };
 
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the

@@ -147,6 +147,69 @@ def test_every_num_splits_and_paged_equals_contiguous():
         assert torch.equal(out, paged), f"paged != contiguous at num_splits={num_splits}"
 
 
+def _paged_like(k_cache, v_cache, page_size, seed):
+    """The contiguous caches' rows in a paged cache of page_size (shuffled pages, two spare ones)
+    and its block_table; the capacity must be a multiple of page_size."""
+    batch, capacity, nheads_k, hdim = k_cache.shape
+    assert capacity % page_size == 0
+    pk, pv, block_table = _cache(batch, capacity, nheads_k, hdim, page_size, seed=seed)
+    pages = block_table.flatten().long()
+    pk[pages] = k_cache.reshape(-1, page_size, nheads_k, hdim)
+    pv[pages] = v_cache.reshape(-1, page_size, nheads_k, hdim)
+    return pk, pv, block_table
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 48, 96, 128, 256])
+def test_paged_any_page_size_equals_contiguous(page_size):
+    """Pages smaller than a 64-key tile (a tile spans many), not powers of two (division path),
+    larger than a tile; left padding and split starts put tiles across page boundaries. Every
+    (page size, num_splits) gives the contiguous cache's output and LSE bit for bit."""
+    batch, nheads, nheads_k, hdim = 4, 8, 2, SWEEP_HDIMS[0]
+    capacity = page_size * -(-1536 // page_size)
+    torch.manual_seed(31)
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=31)
+    pk, pv, block_table = _paged_like(k_cache, v_cache, page_size, seed=32)
+    q = torch.randn(batch, 2, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.tensor([capacity, 1, 999, 0], dtype=torch.int32, device="cuda")
+    leftpad = torch.tensor([0, 0, 37, 0], dtype=torch.int32, device="cuda")
+    for num_splits in (1, 3, 0):
+        kw = dict(cache_seqlens=lengths, cache_leftpad=leftpad, causal=True, num_splits=num_splits)
+        out, lse = _check(q, k_cache, v_cache, **kw)
+        paged, paged_lse = attention_with_kvcache(q, pk, pv, block_table=block_table, return_softmax_lse=True, **kw)
+        assert torch.equal(out, paged), f"page {page_size}: paged out != contiguous at num_splits={num_splits}"
+        assert torch.equal(lse, paged_lse), f"page {page_size}: paged lse != contiguous at num_splits={num_splits}"
+
+
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_bad_block_table_is_clamped(num_splits):
+    """block_table entries below 0 or past the last page read (and the append writes) the clamped
+    page: the same output and caches as the clamped table; an access outside the cache would fault
+    at the synchronize (compute-sanitizer sees it too)."""
+    batch, capacity, nheads, nheads_k, hdim, page = 2, 512, 8, 2, SWEEP_HDIMS[0], 16
+    torch.manual_seed(41)
+    k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, page, seed=41)
+    num_pages = k_cache.shape[0]
+    bad = block_table.clone()
+    bad[0, 3], bad[0, 7], bad[1, 0], bad[1, 20] = -1, num_pages, -(2 ** 31), 2 ** 31 - 1
+    bad[1, 31] = num_pages + 1000  # the page the append of sequence 1 writes into (slot 500)
+    clamped = bad.clamp(0, num_pages - 1)
+    q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    k_new = torch.randn(batch, 1, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v_new = torch.randn_like(k_new)
+    lengths = torch.tensor([300, 500], dtype=torch.int32, device="cuda")
+    results = []
+    for table in (bad, clamped):
+        kc, vc = k_cache.clone(), v_cache.clone()
+        out = attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lengths, block_table=table,
+                                     num_splits=num_splits)
+        torch.cuda.synchronize()
+        results.append((out, kc, vc))
+    (out_bad, kc_bad, vc_bad), (out_ok, kc_ok, vc_ok) = results
+    assert torch.isfinite(out_bad).all()
+    assert torch.equal(out_bad, out_ok), "a bad block_table entry is not read as its clamped page"
+    assert torch.equal(kc_bad, kc_ok) and torch.equal(vc_bad, vc_ok), "the append did not clamp the bad page"
+
+
 def test_cuda_graph_generate_loop():
     """8 decode steps captured once and replayed while cache_seqlens, the new k/v and q change."""
     batch, capacity, nheads, nheads_k, hdim = 3, 1024, 8, 2, SWEEP_HDIMS[0]
