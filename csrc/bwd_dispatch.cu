@@ -45,7 +45,8 @@ static bool sm90_bwd_compiled(DType dtype, int headdim_rounded) {
 }
 
 FwdFamily bwd_family(const BwdParams& params) {
-  const bool wanted = params.family == FwdFamily::kSm90 || (kSm90BwdByDefault && params.family == FwdFamily::kAuto);
+  const bool wanted = params.family == FwdFamily::kSm90 ||
+                      (kSm90BwdByDefault && params.family == FwdFamily::kAuto && params.dtype == DType::kBFloat16);
   const bool sm90 = wanted && sm90_bwd_compiled(params.dtype, params.headdim_rounded) && current_device_is_sm90() &&
                     smem_budget_bytes(params) >= kSm90SmemBudgetBytes && sm90::bwd_supports(params);
   return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;

@@ -68,7 +68,7 @@ constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign -
 int bwd_shared_memory_bytes(int headdim_rounded);           // the default (227 KB row) tile's
 int bwd_smallest_shared_memory_bytes(int headdim_rounded);  // the 99 KB row's
 // The family of run_bwd's main kernel on the current device, as fwd_family: kSm90 when
-// params.family asks for it (kSm90, or kAuto with kSm90BwdByDefault), the build compiled the sm90
+// params.family asks for it (kSm90, or kAuto with kSm90BwdByDefault for bf16), the build compiled the sm90
 // backward for (dtype, headdim_rounded), the device is 9.0 and sm90::bwd_supports(params); else
 // kSm80 (the pre-pass and dQ conversion are the sm80 family's either way).
 FwdFamily bwd_family(const BwdParams& params);

@@ -35,9 +35,10 @@ struct PhiloxState {
 // forces the sm80 kernels.
 constexpr bool kSm90ByDefault = true;
 // The same for the backward (bwd_dispatch.cu, sm90::bwd_supports): the family field asks for both
-// directions; kAuto runs the sm90 backward only once this is on (off until its GPU tests and
-// benchmarks have run: benchmarks/NOTES.md "Hopper backward").
-constexpr bool kSm90BwdByDefault = false;
+// directions. On for bf16 since its GPU tests passed and it ran 1.1-1.5x the sm80 backward on the
+// H200 (benchmarks/NOTES.md "Hopper backward"); fp16 runs it only when asked (FLASH_ATTN_CUDA_FAMILY
+// =sm90) until its fp16 build has run on a GPU.
+constexpr bool kSm90BwdByDefault = true;
 
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
 //
