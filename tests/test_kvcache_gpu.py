@@ -162,7 +162,7 @@ def _paged_like(k_cache, v_cache, page_size, seed):
 @pytest.mark.parametrize("page_size", [1, 16, 48, 96, 128, 256])
 def test_paged_any_page_size_equals_contiguous(page_size):
     """Pages smaller than a 64-key tile (a tile spans many), not powers of two (division path),
-    larger than a tile; left padding and split starts put tiles across page boundaries. Every
+    larger than a tile; ragged lengths and split starts put tiles across page boundaries. Every
     (page size, num_splits) gives the contiguous cache's output and LSE bit for bit."""
     batch, nheads, nheads_k, hdim = 4, 8, 2, SWEEP_HDIMS[0]
     capacity = page_size * -(-1536 // page_size)
@@ -171,9 +171,8 @@ def test_paged_any_page_size_equals_contiguous(page_size):
     pk, pv, block_table = _paged_like(k_cache, v_cache, page_size, seed=32)
     q = torch.randn(batch, 2, nheads, hdim, device="cuda", dtype=DTYPE)
     lengths = torch.tensor([capacity, 1, 999, 0], dtype=torch.int32, device="cuda")
-    leftpad = torch.tensor([0, 0, 37, 0], dtype=torch.int32, device="cuda")
-    for num_splits in (1, 3, 0):
-        kw = dict(cache_seqlens=lengths, cache_leftpad=leftpad, causal=True, num_splits=num_splits)
+    for num_splits in (1, 3, 0):  # (a paged cache takes no cache_leftpad, as flash-attn)
+        kw = dict(cache_seqlens=lengths, causal=True, num_splits=num_splits)
         out, lse = _check(q, k_cache, v_cache, **kw)
         paged, paged_lse = attention_with_kvcache(q, pk, pv, block_table=block_table, return_softmax_lse=True, **kw)
         assert torch.equal(out, paged), f"page {page_size}: paged out != contiguous at num_splits={num_splits}"
