@@ -24,6 +24,7 @@
 
 #include "binding_common.h"
 #include "flash_api.h"
+#include "philox.h"
 #include "heuristics.h"
 
 // Shared with binding_kvcache.cpp through binding_common.h (declarations there).
@@ -224,10 +225,14 @@ int window_side(int64_t w, const char* name) {
   return w > flash::kMaxSeqlen ? -1 : static_cast<int>(w);
 }
 
-// dropout_p in [0, 1) (the Python wrappers raise ValueError first; this guards the raw ops).
+// dropout_p in [0, 1) and not above 511/512, where the 8-bit keep threshold (philox.h) is 0 (the
+// Python wrappers raise ValueError first; this guards the raw ops).
 float checked_dropout(double dropout_p) {
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "flash_attn_cuda: dropout_p must be in [0, 1), got ",
               num(dropout_p));
+  TORCH_CHECK(dropout_p == 0.0 || flash::dropout_threshold(dropout_p) > 0, "flash_attn_cuda: dropout_p ",
+              num(dropout_p), " keeps no element at the kernels' 8-bit resolution (round((1 - p) * 256) = 0); ",
+              "the largest is 511/512");
   return static_cast<float>(dropout_p);
 }
 
@@ -342,14 +347,15 @@ void fill_options(flash::FwdParams& p, const at::Tensor& q, double softmax_scale
   fill_dropout(p, opt.dropout_p);
 }
 
-// dropout_p's keep threshold (16-bit Philox numbers, philox.h) and scale; the generator state is the
-// caller's (forward: philox_for_call; backward: the forward's rng_state).
+// dropout_p's keep threshold t (8-bit Philox numbers, philox.h) and scale 256 / t (unbiased for the
+// keep rate t / 256 the kernels have); the generator state is the caller's (forward: philox_for_call;
+// backward: the forward's rng_state).
 void fill_dropout(flash::FwdParams& p, double dropout_p) {
   p.dropout_p = checked_dropout(dropout_p);
   if (p.dropout_p == 0.f) { return; }
-  // A p so small that the threshold rounds to 65536 keeps everything: still the dropout kernel.
-  p.dropout_threshold = static_cast<uint32_t>(std::lround((1.0 - dropout_p) * 65536.0));
-  p.rp_dropout = static_cast<float>(1.0 / (1.0 - dropout_p));
+  // A p so small that t rounds to 256 (p < 1/512) keeps everything: still the dropout kernel.
+  p.dropout_threshold = flash::dropout_threshold(dropout_p);
+  p.rp_dropout = 256.f / static_cast<float>(p.dropout_threshold);
 }
 
 // Reserves batch * nheads Philox counters (one per (batch, head): philox.h) of the CUDA default

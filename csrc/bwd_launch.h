@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "bwd_kernel.h"
 #include "bwd_kernel_traits.h"
 #include "bwd_tile_config.h"
@@ -11,8 +13,13 @@
 
 namespace flash {
 
-template <typename Traits>
+// DropoutTraits: the dropout kernel's (bwd_tile_config.h BwdDropoutTraitsFor), the same tile and block.
+template <typename Traits, typename DropoutTraits>
 cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
+  static_assert(DropoutTraits::kBlockM == Traits::kBlockM && DropoutTraits::kBlockN == Traits::kBlockN &&
+                    DropoutTraits::kNThreads == Traits::kNThreads && DropoutTraits::kSmemBytes == Traits::kSmemBytes &&
+                    std::is_same_v<typename DropoutTraits::TiledMmadQ, typename Traits::TiledMmadQ>,
+                "the dropout kernel shares the launch, the grid and dq_accum's layout");
   using Element = typename Traits::Element;
   // As launch_fwd: the kMods kernels unless the options need none of them; dropout its own.
   const bool varlen = params.cu_seqlens_q != nullptr;
@@ -27,7 +34,7 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   auto kernel = mods ? &bwd_kernel<Traits, true, false> : &bwd_kernel<Traits, false, false>;
   if (needs_dropout(params)) {
     if constexpr (dropout_tile(Traits::kBlockN)) {
-      kernel = &bwd_kernel<Traits, true, true>;
+      kernel = &bwd_kernel<DropoutTraits, true, true>;
     } else {
       return cudaErrorNotSupported;  // the binding refuses these calls first (check_bwd_smem)
     }
@@ -61,7 +68,8 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim, int kBudgetKB>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
-  return launch_bwd<BwdTraitsFor<kHeadDim, Element, kBudgetKB>>(params, stream);
+  return launch_bwd<BwdTraitsFor<kHeadDim, Element, kBudgetKB>, BwdDropoutTraitsFor<kHeadDim, Element, kBudgetKB>>(
+      params, stream);
 }
 
 }  // namespace flash

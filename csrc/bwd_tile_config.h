@@ -25,6 +25,22 @@ using BwdTraitsFor = BwdTraits<kHeadDim, BwdTileConfig<kHeadDim, kBudgetKB>::kBl
                                BwdTileConfig<kHeadDim, kBudgetKB>::kAtomMdQ, Element,
                                BwdTileConfig<kHeadDim, kBudgetKB>::kQStages>;
 
+// The dropout kernel's traits: the same tile, with the S/dP warps rearranged from 4 across the columns
+// to 2 (twice the warp rows) where the tile allows it: a thread then holds whole Philox calls (16
+// bytes, dropout.h DropoutWalk) where 4 warps across use half of each -- twice the Philox work per
+// element. Shared memory, thread count and the dK/dV and dQ layouts (dq_accum's) are unchanged.
+constexpr int dropout_atom_m_sdp(int warps, int atom_m_sdp, int block_m) {
+  return warps / atom_m_sdp == 4 && block_m % (32 * atom_m_sdp) == 0 ? 2 * atom_m_sdp : atom_m_sdp;
+}
+template <int kHeadDim, typename Element, int kBudgetKB = kDefaultBudgetKB>
+using BwdDropoutTraitsFor =
+    BwdTraits<kHeadDim, BwdTileConfig<kHeadDim, kBudgetKB>::kBlockM, BwdTileConfig<kHeadDim, kBudgetKB>::kBlockN,
+              BwdTileConfig<kHeadDim, kBudgetKB>::kNWarps,
+              dropout_atom_m_sdp(BwdTileConfig<kHeadDim, kBudgetKB>::kNWarps, BwdTileConfig<kHeadDim, kBudgetKB>::kAtomMSdP,
+                                 BwdTileConfig<kHeadDim, kBudgetKB>::kBlockM),
+              BwdTileConfig<kHeadDim, kBudgetKB>::kAtomNdKV, BwdTileConfig<kHeadDim, kBudgetKB>::kAtomMdQ, Element,
+              BwdTileConfig<kHeadDim, kBudgetKB>::kQStages>;
+
 // Whether budget_kb's row holds a tile of its own (else it inherits one: no extra instantiation).
 template <int kHeadDim, int kBudgetKB>
 constexpr bool bwd_tile_is_own() {

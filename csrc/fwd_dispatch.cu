@@ -73,8 +73,10 @@ bool params_supported(const FwdParams& params) {
          // the online softmax takes the row max of raw scores: only right for a positive scale
          params.softmax_scale > 0.f && std::isnormal(params.scale_log2) &&
          params.softcap >= 0.f && params.softcap <= 3.0e38f &&
-         // dropout: p in [0, 1), the keep threshold and scale the binding derived from it
-         params.dropout_p >= 0.f && params.dropout_p < 1.f && params.dropout_threshold <= 65536u &&
+         // dropout: p in [0, 1), the 8-bit keep threshold t in [1, 256] and scale 256 / t the binding
+         // derived from it (t = 0 would read as 256, keep all: philox.h, dropout.h dropout_bytes)
+         params.dropout_p >= 0.f && params.dropout_p < 1.f && params.dropout_threshold >= 1u &&
+         params.dropout_threshold <= 256u &&
          (params.dropout_p == 0.f || (params.rp_dropout >= 1.f && std::isfinite(params.rp_dropout))) &&
          // varlen: both prefix sums or neither, packed tensors (no batch strides)
          (params.cu_seqlens_q == nullptr) == (params.cu_seqlens_k == nullptr) &&

@@ -99,14 +99,14 @@ struct FwdParams {
   int total_q = 0;                    // rows of q/out: cu_seqlens_q[batch] when the prefix sums are valid
   int total_k = 0;                    // rows of k/v: cu_seqlens_k[batch] likewise
 
-  // ---- dropout (dropout.h, philox.h): dropout_p > 0 drops each P element with probability p (its
-  // 16-bit Philox number >= dropout_threshold = round((1 - p) * 65536)) and scales the kept ones by
-  // rp_dropout = 1 / (1 - p). The forward reserves batch * nheads Philox counters at philox.offset and
+  // ---- dropout (dropout.h, philox.h): dropout_p > 0 keeps each P element iff its 8-bit Philox
+  // number < dropout_threshold = t = round((1 - p) * 256), t in [1, 256] (the binding refuses t = 0),
+  // and scales the kept ones by rp_dropout = 256 / t (keep rate t / 256, within 1/512 of 1 - p). The forward reserves batch * nheads Philox counters at philox.offset and
   // writes (seed, offset) to rng_state_ptr (int64 (2,)); the backward reads them back from there
   // (philox.captured with seed_ptr / offset_ptr into that tensor).
   float dropout_p = 0.f;
   float rp_dropout = 1.f;
-  uint32_t dropout_threshold = 65536;
+  uint32_t dropout_threshold = 256;
   PhiloxState philox;
   int64_t* rng_state_ptr = nullptr;
 

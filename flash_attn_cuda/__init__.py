@@ -123,7 +123,9 @@ def attention(
             backward, as flash-attn 2 and SDPA do; the mask comes from Philox4x32-10 counters of
             PyTorch's CUDA default generator (torch.manual_seed reproduces it; each call advances
             the generator; CUDA-graph safe) and is regenerated in the backward, never stored. p is
-            used at 16-bit resolution (keep iff a 16-bit random number < round((1 - p) * 65536)).
+            used at 8-bit resolution, as flash-attn 2: keep iff an 8-bit random number
+            < t = round((1 - p) * 256), kept values scaled by 256 / t (unbiased; the keep rate t / 256
+            is within 1/512 of 1 - p: reference.dropout_keep_rate). p > 511/512 (t = 0) raises.
             Pass 0.0 at inference (no flag follows module.eval()).
         softmax_scale: scale of q k^T before the softmax; default 1/sqrt(headdim).
         causal: mask keys after the query, aligned to the bottom-right corner of the score matrix

@@ -20,6 +20,7 @@ MAX_HEAD_DIM = 256
 MAX_GRID_DIM = 65535  # batch and nheads index CUDA grid dims y/z
 MAX_SEQLEN = 1 << 30  # the kernels' int32 index arithmetic (flash::kMaxSeqlen)
 MIN_CAPABILITY = (8, 0)
+DROPOUT_P_MAX = 511 / 512  # above it round((1 - p) * 256) = 0: the 8-bit keep threshold keeps nothing (csrc/philox.h)
 INT32_MAX = (1 << 31) - 1  # cu_seqlens are int32: packed token counts must fit
 
 _LAYOUTS = {4: "4-D (batch, seqlen, nheads, headdim)", 3: "3-D (total_tokens, nheads, headdim)"}
@@ -237,11 +238,15 @@ def check_softcap(softcap: object) -> float:
 
 def check_dropout_p(dropout_p: object) -> float:
     """dropout_p: a float in [0, 1) (each attention probability dropped with that probability and
-    the kept ones scaled by 1 / (1 - p)); 0 = off."""
+    the kept ones scaled by 1 / (1 - p), at the kernels' 8-bit resolution: reference.dropout_threshold);
+    0 = off. p above 511/512 keeps nothing at that resolution and raises."""
     if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool):
         raise TypeError(f"flash_attn_cuda: dropout_p must be a float, got {type(dropout_p).__name__}")
     if not (0.0 <= dropout_p < 1.0):  # also NaN
         raise ValueError(f"flash_attn_cuda: dropout_p must be in [0, 1), got {dropout_p}")
+    if dropout_p > DROPOUT_P_MAX:
+        raise ValueError(f"flash_attn_cuda: dropout_p {dropout_p} keeps no element at the kernels' 8-bit "
+                         f"resolution (round((1 - p) * 256) = 0); the largest is {DROPOUT_P_MAX}")
     return float(dropout_p)
 
 

@@ -112,7 +112,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     every query, on top of the window rule, which keeps its alignment (shift = seqlen_k - seqlen_q
     counts hidden keys too): left padding of a KV cache, or one split of the key axis.
     dropout_mask: bool (batch, nheads, seqlen_q, seqlen_k), True = kept: the probabilities are
-    multiplied by dropout_mask / (1 - dropout_p) before P V (the LSE is unchanged).
+    multiplied by dropout_mask * dropout_scale(dropout_p) (the kernels' 256 / t, within 0.6 % of
+    1 / (1 - p) for p <= 0.5) before P V (the LSE is unchanged).
     Returns (out in compute_dtype, lse)."""
     if compute_dtype is not None:
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
@@ -132,7 +133,7 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     probs = torch.softmax(scores, dim=-1)
     probs = torch.nan_to_num(probs, nan=0.0)                                # rows with no visible key -> 0
     if dropout_mask is not None:
-        probs = probs * dropout_mask.to(probs.dtype) * (1.0 / (1.0 - dropout_p))
+        probs = probs * dropout_mask.to(probs.dtype) * dropout_scale(dropout_p)
     out = torch.einsum("bhij,bjhd->bihd", probs, v)                         # (b, sq, h, d)
     return out, lse
 
@@ -199,7 +200,7 @@ def attention_probs_ref(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
 # ---------------------------------------------------------------- DROPOUT (csrc/philox.h)
 #
 # Philox4x32-10 (Salmon et al., SC 2011) and the map from a score element (b, h, row, col) to its
-# counter and 16-bit slot, as csrc/philox.h defines them; vectorised over int64 tensors (values kept
+# counter and 8-bit slot, as csrc/philox.h defines them; vectorised over int64 tensors (values kept
 # in [0, 2^32)). tests/test_dropout_cpu.py checks it against known-answer vectors and the C++ header.
 
 _MASK32 = 0xFFFFFFFF
@@ -232,15 +233,26 @@ def _mulhi(a: torch.Tensor, m: int) -> torch.Tensor:
 
 
 def dropout_threshold(dropout_p: float) -> int:
-    """The kernels' keep threshold for 16-bit random numbers: round((1 - p) * 65536)."""
-    return int(math.floor((1.0 - dropout_p) * 65536.0 + 0.5))
+    """The kernels' keep threshold t for 8-bit random numbers (keep iff byte < t): round((1 - p) * 256),
+    in [0, 256] (0, p > 511/512, is refused by the kernels; 256, p < 1/512, keeps everything)."""
+    return min(256, max(0, int(math.floor((1.0 - dropout_p) * 256.0 + 0.5))))
+
+
+def dropout_keep_rate(dropout_p: float) -> float:
+    """The keep probability the kernels have for dropout_p: t / 256 (within 1/512 of 1 - p)."""
+    return dropout_threshold(dropout_p) / 256.0
+
+
+def dropout_scale(dropout_p: float) -> float:
+    """The factor the kernels apply to kept probabilities: 256 / t = 1 / keep rate (unbiased)."""
+    return 1.0 / dropout_keep_rate(dropout_p)
 
 
 def dropout_keep_mask(seed: int, offset: int, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
                       dropout_p: float, device=None) -> torch.Tensor:
     """bool (batch, nheads, seqlen_q, seqlen_k): True where the kernels keep a score element of the
-    call whose rng_state is (seed, offset) (csrc/philox.h: counter per (16 rows, 64 columns, lane),
-    one 16-bit number per element)."""
+    call whose rng_state is (seed, offset) (csrc/philox.h: one Philox call per (16 rows, 64 columns,
+    lane, column-octet parity), one 8-bit number per element)."""
     b = torch.arange(batch, dtype=torch.int64, device=device).view(-1, 1, 1, 1)
     h = torch.arange(nheads, dtype=torch.int64, device=device).view(1, -1, 1, 1)
     row = torch.arange(seqlen_q, dtype=torch.int64, device=device).view(1, 1, -1, 1)
@@ -249,14 +261,14 @@ def dropout_keep_mask(seed: int, offset: int, batch: int, nheads: int, seqlen_q:
     base_lo = (offset & _MASK32) + b * nheads + h                          # offset + b * nheads + h ...
     base_hi = ((offset >> 32) + (base_lo >> 32)) & _MASK32                 # ... with its carry
     lane = (row % 8) * 4 + (col % 8) // 2
-    c0 = (col // 64) * 4 + (col // 8) % 4
+    c0 = (col // 64) * 2 + (col // 8) % 2
     c1 = (row // 16) * 32 + lane
     seed &= (1 << 64) - 1
     out = philox4x32_10(c0, c1, base_lo & _MASK32, base_hi, seed & _MASK32, seed >> 32)
-    slot = ((row // 8) % 2) * 4 + ((col // 32) % 2) * 2 + col % 2
-    word = torch.where(slot < 2, out[0], torch.where(slot < 4, out[1], torch.where(slot < 6, out[2], out[3])))
-    u16 = torch.where(slot % 2 == 0, word & 0xFFFF, word >> 16)
-    return u16 < dropout_threshold(dropout_p)
+    slot = ((row // 8) % 2) * 8 + ((col // 16) % 4) * 2 + col % 2
+    word = torch.where(slot < 4, out[0], torch.where(slot < 8, out[1], torch.where(slot < 12, out[2], out[3])))
+    u8 = (word >> (8 * (slot % 4))) & 0xFF
+    return u8 < dropout_threshold(dropout_p)
 
 
 # ---------------------------------------------------------------- BLOCK SKIPPING (csrc/mask.h)

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import flash_attn_cuda
-from flash_attn_cuda.reference import dropout_keep_mask, dropout_threshold, philox4x32_10
+from flash_attn_cuda._validate import DROPOUT_P_MAX, check_dropout_p
+from flash_attn_cuda.reference import (dropout_keep_mask, dropout_keep_rate, dropout_scale, dropout_threshold,
+                                       philox4x32_10)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 M = 0xFFFFFFFF
@@ -31,14 +33,25 @@ def test_philox_reference_matches_known_answers(counter, key, expected):
 
 
 def test_threshold_and_keep_rate_of_the_reference():
-    assert dropout_threshold(0.0) == 65536 and dropout_threshold(0.5) == 32768
-    assert dropout_threshold(0.1) == round(0.9 * 65536)
-    p = 0.3
-    keep = dropout_keep_mask(1234, 5678, 2, 3, 256, 256, p)         # 393216 elements
-    n = keep.numel()
-    rate = keep.float().mean().item()
-    sigma = math.sqrt(p * (1 - p) / n)
-    assert abs(rate - (1 - p)) < 5 * sigma, f"keep rate {rate:.5f} vs {1 - p} (5 sigma = {5 * sigma:.5f})"
+    # t = round((1 - p) * 256): keep iff byte < t, kept values scaled by 256 / t
+    assert dropout_threshold(0.0) == 256 and dropout_threshold(0.5) == 128 and dropout_threshold(0.1) == 230
+    assert dropout_threshold(1 / 1024) == 256 and dropout_threshold(DROPOUT_P_MAX) == 1
+    assert dropout_threshold(0.999) == 0  # refused: check_dropout_p below
+    assert dropout_keep_rate(0.1) == 230 / 256 and dropout_scale(0.1) == 256 / 230
+    for p in (0.01, 0.1, 0.2, 0.3, 0.5, 0.9, DROPOUT_P_MAX):
+        assert abs(dropout_keep_rate(p) - (1 - p)) <= 1 / 512 + 1e-12, p
+    for p in (0.3, 0.1):
+        keep = dropout_keep_mask(1234, 5678, 2, 3, 256, 256, p)         # 393216 elements
+        n = keep.numel()
+        rate, q = keep.float().mean().item(), dropout_keep_rate(p)
+        sigma = math.sqrt(q * (1 - q) / n)
+        assert abs(rate - q) < 5 * sigma, f"keep rate {rate:.5f} vs {q} (5 sigma = {5 * sigma:.5f})"
+
+
+def test_dropout_p_that_keeps_nothing_is_refused():
+    assert check_dropout_p(DROPOUT_P_MAX) == DROPOUT_P_MAX
+    with pytest.raises(ValueError, match="8-bit resolution"):
+        check_dropout_p(0.999)
 
 
 def test_mask_is_a_function_of_seed_offset_and_position():
@@ -64,13 +77,15 @@ _HOST_PROGRAM = r"""
 int main() {
   unsigned long long seed, offset;
   int threshold, nheads;
-  while (std::scanf("%llu %llu %d %d", &seed, &offset, &threshold, &nheads) == 4) {
+  double p;
+  while (std::scanf("%llu %llu %d %d %lf", &seed, &offset, &threshold, &nheads, &p) == 5) {
     int b, h, row, col;
     if (std::scanf("%d %d %d %d", &b, &h, &row, &col) != 4) { return 1; }
     flash::DropoutRng rng{unsigned(seed), unsigned(seed >> 32), offset + (unsigned long long)(b) * nheads + h,
                           unsigned(threshold)};
     flash::PhiloxCounter r = flash::philox4x32_10(flash::dropout_counter(rng, row, col), rng.key0, rng.key1);
-    std::printf("%u %u %u %u %d\n", r.x, r.y, r.z, r.w, int(flash::dropout_keep(rng, row, col)));
+    std::printf("%u %u %u %u %d %u\n", r.x, r.y, r.z, r.w, int(flash::dropout_keep(rng, row, col)),
+                flash::dropout_threshold(p));
   }
   return 0;
 }
@@ -89,11 +104,14 @@ def _host_program(tmp_path):
 
 
 def _run_host(exe, cases):
-    """cases: (seed, offset, p, nheads, b, h, row, col) -> [(four Philox words, keep)] from csrc/philox.h."""
-    text = "".join(f"{s} {o} {dropout_threshold(p)} {nh} {b} {h} {r} {c}\n" for s, o, p, nh, b, h, r, c in cases)
+    """cases: (seed, offset, p, nheads, b, h, row, col) -> [(four Philox words, keep)] from csrc/philox.h,
+    whose threshold function (the binding's) must give the reference's t for p."""
+    text = "".join(f"{s} {o} {dropout_threshold(p)} {nh} {p!r} {b} {h} {r} {c}\n" for s, o, p, nh, b, h, r, c in cases)
     lines = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True,
                            timeout=120).stdout.splitlines()
     assert len(lines) == len(cases)
+    for (_, _, p, *_), line in zip(cases, lines):
+        assert int(line.split()[5]) == dropout_threshold(p), p
     return [([int(x) for x in line.split()[:4]], bool(int(line.split()[4]))) for line in lines]
 
 
@@ -109,15 +127,18 @@ def test_cpp_header_matches_the_reference(tmp_path):
         b, h = int(torch.randint(0, 3, (1,), generator=g)), int(torch.randint(0, 5, (1,), generator=g))
         row, col = int(torch.randint(0, 1 << 20, (1,), generator=g)), int(torch.randint(0, 1 << 20, (1,), generator=g))
         cases.append((seed, offset, 0.37, 5, b, h, row, col))
+    # the threshold function at the edges of its range (1 - p exactly between two levels: 0.1 + 1/512 ...)
+    for p in (1e-4, 1 / 512, 0.1, 0.1 + 1 / 512, 0.3, 0.5, 0.99, DROPOUT_P_MAX, 0.999):
+        cases.append((7, 8, p, 1, 0, 0, 17, 33))
     for (seed, offset, p, nheads, b, h, row, col), (words, keep) in zip(cases, _run_host(exe, cases)):
         base = offset + b * nheads + h
         lane = (row % 8) * 4 + (col % 8) // 2
-        ref = [int(x) for x in philox4x32_10((col // 64) * 4 + (col // 8) % 4, (row // 16) * 32 + lane, base & M,
+        ref = [int(x) for x in philox4x32_10((col // 64) * 2 + (col // 8) % 2, (row // 16) * 32 + lane, base & M,
                                              base >> 32, seed & M, seed >> 32)]
         assert words == ref, (seed, offset, b, h, row, col)
-        slot = ((row // 8) % 2) * 4 + ((col // 32) % 2) * 2 + col % 2
-        u16 = (ref[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
-        assert keep == (u16 < dropout_threshold(p))
+        slot = ((row // 8) % 2) * 8 + ((col // 16) % 4) * 2 + col % 2
+        u8 = (ref[slot // 4] >> (8 * (slot % 4))) & 0xFF
+        assert keep == (u8 < dropout_threshold(p))
     # every element of a small grid (two chunks down, three across, ragged)
     seed, offset, p, batch, nheads, rows, cols = 987654321987, 40, 0.45, 2, 3, 40, 150
     grid = [(seed, offset, p, nheads, b, h, r, c) for b in range(batch) for h in range(nheads)

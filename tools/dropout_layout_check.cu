@@ -1,10 +1,10 @@
-// Host-side check of apply_dropout's layout assumption (csrc/dropout.h) for the forward and backward
-// tiles of every head dim (fwd_tile_config.h, bwd_tile_config.h) and the sm90 forward's dropout
-// tiles (sm90/fwd_tile_table.h: one warpgroup's 64 x kBlockNDropout wgmma accumulator, viewed by
-// sm90::acc_rowcol as the mainloop does): in every thread's S fragment,
-// element (2m + half, 2(n + P*octet) + column) of the rowcol view sits at
-// (row(2m, 2n) + 8*half, col(2m, 2n) + 32*octet + column), in the Philox chunk, lane and slot that
-// philox.h assigns it. No GPU needed:
+// Host-side check of apply_dropout's walk over a thread's S fragment (csrc/dropout.h DropoutWalk)
+// for the forward and backward tiles of every head dim and budget (fwd_tile_config.h,
+// bwd_tile_config.h) and the sm90 forward's dropout tiles (sm90/fwd_tile_table.h: one warpgroup's
+// 64 x kBlockN wgmma accumulator, viewed by sm90::acc_rowcol as the mainloop does): every element of every thread's fragment is visited exactly once, by a
+// Philox call whose counter is the element's own (philox.h dropout_counter), at the byte philox.h
+// assigns it (dropout_slot); and the keep test the kernel makes on that byte (dropout_drop_bits, then
+// byte_sign_mask: its host form, the PRMT's specification) equals dropout_keep for a few thresholds. No GPU needed:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -Icsrc -I$(python third_party/find_cutlass.py) \
 //        tools/dropout_layout_check.cu -o build/dropout_layout_check && build/dropout_layout_check
 #include <cstdio>
@@ -14,15 +14,23 @@
 #include "kernel_traits.h"
 #include "bwd_kernel_traits.h"
 #include "tensor_utils.h"
-#include "philox.h"
+#include "dropout.h"
 #include "sm90/fwd_layouts.h"
 #include "sm90/fwd_tile_table.h"
 using namespace cute;
 
+bool same(const flash::PhiloxCounter& a, const flash::PhiloxCounter& b) {
+  return a.x == b.x && a.y == b.y && a.z == b.z && a.w == b.w;
+}
+
 // kWgmma: the TiledMma is an sm90 warpgroup MMA, its accumulator viewed with sm90::acc_rowcol.
 template <class TiledMma, int kBlockM, int kBlockN, int kWarpsN, bool kWgmma = false>
 int check(const char* name, int nthreads) {
-  int bad = 0, total = 0;
+  using Walk = flash::DropoutWalk<kWarpsN>;
+  constexpr uint32_t kThresholds[3] = {1, 230, 256};
+  int bad = 0, total = 0, calls = 0;
+  // tiles at a few positions of the sequence (row0, col0), rng with a carry into the high base word
+  const int tile_rows[2] = {0, 3 * kBlockM}, tile_cols[2] = {0, 5 * kBlockN};
   for (int tid = 0; tid < nthreads; ++tid) {
     TiledMma mma;
     auto thr = mma.get_thread_slice(tid);
@@ -32,25 +40,72 @@ int check(const char* name, int nthreads) {
     };
     Tensor rc = make_tensor(c.data(), rc_layout());
     constexpr int kRows = decltype(size<0>(rc))::value;
-    constexpr int kAtomsN = decltype(size<1>(rc))::value / 2;
-    constexpr int P = 4 / kWarpsN;
-    for (int m = 0; m < kRows / 2; ++m)
-      for (int n = 0; n < kAtomsN; ++n) {
-        if ((n / P) % 2 != 0) continue;
-        const int r0 = get<0>(rc(2 * m, 2 * n)), c0 = get<1>(rc(2 * m, 2 * n));
-        for (int j = 0; j < 8; ++j) {
-          const int half = j / 4, octet = (j / 2) % 2, column = j % 2;
-          const int r = get<0>(rc(2 * m + half, 2 * (n + P * octet) + column));
-          const int cc = get<1>(rc(2 * m + half, 2 * (n + P * octet) + column));
-          ++total;
-          const bool ok = r == r0 + 8 * half && cc == c0 + 32 * octet + column && flash::dropout_slot(r, cc) == j &&
-                          (r / 16 == r0 / 16) && (cc / 64 == c0 / 64) &&
-                          ((r % 8) * 4 + (cc % 8) / 2 == (r0 % 8) * 4 + (c0 % 8) / 2) && ((cc / 8) % 4 == (c0 / 8) % 4);
-          if (!ok && bad++ < 5) std::printf("%s: tid %d m %d n %d j %d: (%d,%d) base (%d,%d)\n", name, tid, m, n, j, r, cc, r0, c0);
-        }
-      }
+    constexpr int kCols = decltype(size<1>(rc))::value;
+    constexpr int kAtomsN = kCols / 2;
+    static_assert(kAtomsN % Walk::kAtoms64 == 0, "whole 64-column blocks per thread");
+    int visits[kRows][kCols] = {};
+    for (int t = 0; t < 4; ++t) {
+      const int row0 = tile_rows[t % 2], col0 = tile_cols[t / 2];
+      const flash::DropoutRng rng{0x9E3779B9u + uint32_t(t), 0x12345u, (uint64_t(1) << 32) - 1 + uint64_t(t),
+                                  kThresholds[t % 3]};
+      const flash::DropoutBytes bytes = flash::dropout_bytes(rng.threshold);
+      // as apply_dropout: the first element's counter, the others' by DropoutWalk::counter
+      const int first_row = get<0>(rc(0, 0)), first_col = col0 + get<1>(rc(0, 0));
+      const flash::PhiloxCounter first = flash::dropout_counter(rng, row0 + first_row, first_col);
+      for (int m = 0; m < kRows / 2; ++m)
+        for (int block = 0; block < kAtomsN / Walk::kAtoms64; ++block)
+          for (int call = 0; call < Walk::kCalls; ++call) {
+            const flash::PhiloxCounter counter = Walk::counter(first, get<0>(rc(2 * m, 0)) - first_row, block, call);
+            const flash::PhiloxCounter r = flash::philox4x32_10(counter, rng.key0, rng.key1);
+            uint32_t drop[4] = {r.x, r.y, r.z, r.w};
+            for (int w = 0; w < 4; ++w) { drop[w] = flash::dropout_drop_bits(drop[w], bytes); }
+            ++calls;
+            for (int i = 0; i < Walk::kAtomsPerCall; ++i)
+              for (int half = 0; half < 2; ++half)
+                for (int column = 0; column < 2; ++column) {
+                  const int n = block * Walk::kAtoms64 + Walk::atom(call, i);
+                  const int er = row0 + get<0>(rc(2 * m + half, 2 * n + column));
+                  const int ec = col0 + get<1>(rc(2 * m + half, 2 * n + column));
+                  const int slot = flash::dropout_slot(er, ec);
+                  const int word = Walk::word(half, i), byte = Walk::byte(i, column);
+                  const bool kept = flash::byte_sign_mask(drop[word], byte) == 0;
+                  ++total;
+                  if (t == 0) { ++visits[2 * m + half][2 * n + column]; }
+                  const bool ok = same(flash::dropout_counter(rng, er, ec), counter) && slot / 4 == word &&
+                                  slot % 4 == byte && kept == flash::dropout_keep(rng, er, ec);
+                  if (!ok && bad++ < 5) {
+                    std::printf("%s: tid %d m %d n %d half %d column %d: (%d,%d) slot %d, walk word %d byte %d\n",
+                                name, tid, m, n, half, column, er, ec, slot, word, byte);
+                  }
+                }
+          }
+    }
+    for (int i = 0; i < kRows; ++i)
+      for (int j = 0; j < kCols; ++j)
+        if (visits[i][j] != 1 && bad++ < 5) { std::printf("%s: tid %d element (%d,%d) visited %d times\n", name, tid, i, j, visits[i][j]); }
   }
-  std::printf("%s: %d elements checked, %d bad\n", name, total, bad);
+  std::printf("%s: %d elements checked in %d Philox calls (%.1f used bytes per call), %d bad\n", name, total, calls,
+              double(total) / calls, bad);
+  return bad;
+}
+
+// The 4-bytes-at-once keep test (dropout.h dropout_drop_bits) against byte < t, exhaustively: every
+// threshold t in [1, 256], byte value, byte position and a few neighbour patterns (no borrow may leak).
+int check_bytes() {
+  const uint32_t neighbours[5] = {0x00000000u, 0xFFFFFFFFu, 0x80808080u, 0x7F7F7F7Fu, 0x3C9A0EF1u};
+  int bad = 0, total = 0;
+  for (uint32_t t = 1; t <= 256; ++t) {
+    const flash::DropoutBytes b = flash::dropout_bytes(t);
+    for (uint32_t x = 0; x < 256; ++x)
+      for (int j = 0; j < 4; ++j)
+        for (uint32_t other : neighbours) {
+          const uint32_t word = (other & ~(0xFFu << (8 * j))) | (x << (8 * j));
+          const bool dropped = flash::byte_sign_mask(flash::dropout_drop_bits(word, b), j) != 0;
+          ++total;
+          if (dropped != (x >= t) && bad++ < 5) { std::printf("bytes: t %u word %08x byte %d\n", t, word, j); }
+        }
+  }
+  std::printf("byte test: %d cases, %d bad\n", total, bad);
   return bad;
 }
 
@@ -61,7 +116,7 @@ int check_head_dim() {
   using E = cutlass::bfloat16_t;
   using Cfg = flash::FwdTileConfig<D, KB>;
   using F = flash::FwdTraitsFor<D, KB, E>;
-  using B = flash::BwdTraitsFor<D, E, KB>;
+  using B = flash::BwdDropoutTraitsFor<D, E, KB>;  // the dropout kernel's S/dP warps
   char fwd_name[64], bwd_name[64];
   std::snprintf(fwd_name, sizeof(fwd_name), "fwd d=%d %d KB %dx%d", D, KB, Cfg::kBlockM, Cfg::kBlockN);
   std::snprintf(bwd_name, sizeof(bwd_name), "bwd d=%d %d KB %dx%d W_N=%d", D, KB, B::kBlockM, B::kBlockN, B::kWarpsNSdP);
@@ -90,6 +145,6 @@ int check_sm90() {
 }
 
 int main() {
-  return (check_budget<227>() + check_budget<163>() + check_budget<99>() + check_sm90<64>() + check_sm90<128>() +
-          check_sm90<256>()) != 0;
+  return (check_bytes() + check_budget<227>() + check_budget<163>() + check_budget<99>() + check_sm90<64>() +
+          check_sm90<128>() + check_sm90<256>()) != 0;
 }
