@@ -54,10 +54,13 @@ bench-cpp:          ## build/cpp/bench_fwd, and bench_bwd unless FLASH_ATTN_CUDA
 	else rm -f $(BUILD)/bench_bwd; \
 	  echo "bench-cpp: bench_bwd skipped: this build has no backward (FLASH_ATTN_CUDA_BACKWARD=0)"; fi
 
-# The sm90 family's units (written by the generator only with 90a) link into both benchmarks.
-SM90_SRCS = $(wildcard csrc/instantiations/sm90_fwd_*.cu)
-FWD_SRCS = csrc/fwd_dispatch.cu $(wildcard csrc/instantiations/fwd_*.cu) $(SM90_SRCS)
-BWD_SRCS = csrc/bwd_dispatch.cu $(wildcard csrc/instantiations/bwd_*.cu)
+# The sm90 family's units (written by the generator only with 90a): the forward's link into both
+# benchmarks, the backward's (its main kernel, called by bwd_dispatch.cu) into bench_bwd.
+SM90_FWD_SRCS = $(wildcard csrc/instantiations/sm90_fwd_*.cu)
+SM90_BWD_SRCS = $(wildcard csrc/instantiations/sm90_bwd_*.cu)
+SM90_SRCS = $(SM90_FWD_SRCS) $(SM90_BWD_SRCS)
+FWD_SRCS = csrc/fwd_dispatch.cu $(wildcard csrc/instantiations/fwd_*.cu) $(SM90_FWD_SRCS)
+BWD_SRCS = csrc/bwd_dispatch.cu $(wildcard csrc/instantiations/bwd_*.cu) $(SM90_BWD_SRCS)
 SM90_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(SM90_SRCS))
 FWD_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(FWD_SRCS))
 BWD_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(BWD_SRCS))
