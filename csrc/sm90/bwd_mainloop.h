@@ -1,13 +1,15 @@
 // Consumer mainloop of the sm90 backward (bwd_traits.h has the GEMMs): one consumer warpgroup's 64
-// keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and adding
-// each block's dQ into dq_accum through shared memory and a TMA reduce-add.
+// keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and handing
+// each block's dQ to the dQ writer (bwd_kernel.h bwd_store_dq) through shared memory.
 //
-// Per query block, in order: S^T and dP^T issued back to back (SS); P^T = exp2(S^T * scale_log2 -
-// LSE_log2) once S^T is done; dS^T = P^T (dP^T - D) once dP^T is; dV += P^T dO and dK += dS^T Q
-// issued (RS) while dS^T goes to shared memory; both warpgroups meet (named barrier), dQ = dS K (SS);
-// everything waited; the Q/dO stage released; dQ to shared memory, both meet again, one thread
-// issues the reduce-add. The reduce of block m is read before dQ of block m + 1 is written
-// (tma_store_wait by the issuing thread ahead of the first barrier).
+// Per query block i = m - m_min, in order: S^T and dP^T issued back to back (SS); P^T =
+// exp2(S^T * scale_log2 - LSE_log2) once S^T is done; dS^T = P^T (dP^T - D) once dP^T is; dV += P^T dO
+// and dK += dS^T Q issued (RS) while dS^T goes to sdS stage i % 2; both warpgroups meet (named
+// barrier kDSReady), dQ = dS K (SS); everything waited; the Q/dO stage released; dQ to sdQ stage
+// i % 2 once the writer freed it (dq_empty), then dq_full (every consumer thread arrives).
+// Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
+// warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<0>); sdQ stage s is
+// rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -21,7 +23,7 @@ namespace flash::sm90 {
 using namespace cute;
 
 // Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones).
-enum class BwdBarrier : uint32_t { kDSReady = 0, kDQReady = 1 };
+enum class BwdBarrier : uint32_t { kDSReady = 0 };
 
 // Key rows k, query columns i of S^T (rowcol view) get -inf where key n0 + k is not visible to
 // query m0 + i: past seqlen_k, or (causal) right of the bottom-right-aligned diagonal.
@@ -49,14 +51,14 @@ struct BwdMainloop {
   static constexpr int kD = Traits::kHeadDim;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
-  // sdS (q, keys), sdSt (keys, q), sdQ (q, d) fp32; sLse, sDelta (q, stage) fp32.
-  // tma_dq / gdQ: the reduce-add and dq_accum's tiles (q, d, m_block) for this (head, batch).
-  template <class Smem, class TensorDK, class TensorDV, class TmaDQ, class GDQ>
+  // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
+  // stage) fp32; dq_full / dq_empty (dq_stage) mbarriers.
+  template <class Smem, class TensorDK, class TensorDV>
   CUTE_DEVICE static void run(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
-                              TensorDV& tdVrdV, TmaDQ const& tma_dq, GDQ const& gdQ, int cwg, int tid, int n0,
-                              int m_min, int m_max, int seqlen_q, int seqlen_k, float scale_log2) {
+                              TensorDV& tdVrdV, int cwg, int tid, int n0, int m_min, int m_max, int seqlen_q,
+                              int seqlen_k, float scale_log2) {
     constexpr int kWGKeys = Traits::kWGKeys;
-    const bool dq_issuer = cwg == 0 && tid == 0;
+    constexpr int kDSStages = Traits::kDSStages, kDQStages = Traits::kDQStages;
 
     typename Traits::MmaSdP mma_sdp;
     typename Traits::MmaKV mma_kv;
@@ -75,14 +77,8 @@ struct BwdMainloop {
 
     // dQ part of this warpgroup: rows [r0, r0 + kDQRows), columns [c0, c0 + kDQCols) of the tile.
     const int dq_row_blk = Traits::kDQSplitRows ? cwg : 0, dq_col_blk = Traits::kDQSplitRows ? 0 : cwg;
-    Tensor tdQrdS = thr_dq.partition_fragment_A(
-        local_tile(sm.ds, Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
     Tensor tdQrKt = thr_dq.partition_fragment_B(
         local_tile(sm.kt, Shape<Int<Traits::kDQCols>, Int<kBlockN>>{}, make_coord(dq_col_blk, _0{})));
-    Tensor tdQsdQ = thr_dq.partition_C(local_tile(
-        sm.dq, Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{}, make_coord(dq_row_blk, dq_col_blk)));
-    Tensor tSsdSt = thr_sdp.partition_C(
-        local_tile(sm.dst, Shape<Int<kWGKeys>, Int<kBlockM>>{}, make_coord(cwg, _0{})));  // this WG's dS^T
 
     using TileS = decltype(select<0, 1>(typename Traits::TileSdP{}));
     Tensor tSrS = partition_fragment_C(mma_sdp, TileS{});    // ((2,2,kBlockM/8),1,1) fp32: S^T, then P^T
@@ -102,6 +98,7 @@ struct BwdMainloop {
     PipelineState st_q, st_do;
     for (int m = m_min; m < m_max; ++m) {
       const int m0 = m * kBlockM;
+      const int i = m - m_min, ds_stage = i % kDSStages, dq_stage = i % kDQStages;
       pipe_q.consumer_wait(st_q);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
       pipe_do.consumer_wait(st_do);
@@ -127,16 +124,19 @@ struct BwdMainloop {
         for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = s(r, c) * (dp(r, c) - dd); }
       }
       CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) { rP(i) = Element(tSrS(i)); }
+      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       CUTE_UNROLL
-      for (int i = 0; i < size(tdPrdP); ++i) { rdS(i) = Element(tdPrdP(i)); }
+      for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+      Tensor tSsdSt = thr_sdp.partition_C(local_tile(sm.dst(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
+                                                     make_coord(cwg, _0{})));  // this WG's dS^T
       CUTE_UNROLL
-      for (int i = 0; i < size(rdS); ++i) { tSsdSt(i) = rdS(i); }
+      for (int j = 0; j < size(rdS); ++j) { tSsdSt(j) = rdS(j); }
       cutlass::arch::fence_view_async_shared();   // wgmma (async proxy) reads what st.shared wrote
-      if (dq_issuer) { tma_store_wait<0>(); }     // the previous block's reduce has read sdQ
       cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
+      Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
+          sm.ds(_, _, ds_stage), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
       wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdVrdV);
@@ -146,16 +146,16 @@ struct BwdMainloop {
       pipe_do.consumer_release(st_do);
       ++st_q;
       ++st_do;
+      // Stage dq_stage was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back
+      // (parity 1 on the fresh barrier passes at once for the first kDQStages blocks).
+      cutlass::arch::ClusterBarrier::wait(sm.dq_empty + dq_stage, ((i / kDQStages) & 1) ^ 1);
+      Tensor tdQsdQ = thr_dq.partition_C(local_tile(sm.dq(_, _, dq_stage),
+                                                    Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
+                                                    make_coord(dq_row_blk, dq_col_blk)));
       CUTE_UNROLL
-      for (int i = 0; i < size(tdQrdQ); ++i) { tdQsdQ(i) = tdQrdQ(i); }
+      for (int j = 0; j < size(tdQrdQ); ++j) { tdQsdQ(j) = tdQrdQ(j); }
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
-      cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDQReady));
-      if (dq_issuer) {
-        auto [tdQgdQ_tma, tdQsdQ_tma] =
-            tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
-        copy(tma_dq, tdQsdQ_tma, tdQgdQ_tma(_, m));
-        tma_store_arrive();
-      }
+      cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
     }
   }
 };
