@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "fwd_layouts.h"
@@ -38,6 +39,21 @@ CUTE_DEVICE void mask_st(TensorS& s, TensorC const& tScS, int n0, int m0, int se
       const bool visible = key < seqlen_k && (!kCausal || key <= query + seqlen_k - seqlen_q);
       if (!visible) { s(r, c) = -INFINITY; }
     }
+  }
+}
+
+// dQ partial sums to shared memory: st.shared.v2.f32 of the accumulator's column pairs (i, i + 1)
+// (wgmma C fragments hold columns 2 (t%4) + {0, 1}: adjacent and 8-byte aligned under any K-major
+// swizzle of fp32, which permutes 16-byte chunks). sdq is position-independent (the swizzle acts on
+// the offset, the pointer stays a shared-memory base): the generic ST.E of the swizzled pointer
+// became one STS.64 per pair.
+template <class TensorR, class TensorS>
+CUTE_DEVICE void store_pairs_shared(TensorR const& r, TensorS const& sdq) {
+  static_assert(decltype(size(r))::value % 2 == 0, "column pairs");
+  CUTE_UNROLL
+  for (int j = 0; j < size(r); j += 2) {
+    const uint32_t addr = cast_smem_ptr_to_uint(&sdq(j));
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(r(j)), "f"(r(j + 1)) : "memory");
   }
 }
 
@@ -95,6 +111,15 @@ struct BwdMainloop {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     const int key0 = n0 + kWGKeys * cwg;
 
+    // dS^T (keys, q) from registers with stmatrix.trans (keys contiguous in sdS: the transposed
+    // 8 x 8 store, as FA3 does for its swapAB dS); position-independent views (the swizzle on the
+    // offset) so every store is shared-space (STSM / STS, not generic ST.E).
+    auto r2s_ds = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
+    auto r2s_thr_ds = r2s_ds.get_thread_slice(tid);
+    Tensor tdSrdS = r2s_thr_ds.retile_S(rdS);                               // ((8, 1), MMA_M, MMA_N)
+    Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
+    Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
+
     PipelineState st_q, st_do;
     for (int m = m_min; m < m_max; ++m) {
       const int m0 = m * kBlockM;
@@ -129,10 +154,9 @@ struct BwdMainloop {
       CUTE_UNROLL
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
-      Tensor tSsdSt = thr_sdp.partition_C(local_tile(sm.dst(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
-                                                     make_coord(cwg, _0{})));  // this WG's dS^T
-      CUTE_UNROLL
-      for (int j = 0; j < size(rdS); ++j) { tSsdSt(j) = rdS(j); }
+      Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
+                                                         make_coord(cwg, _0{})));  // this WG's dS^T
+      copy(r2s_ds, tdSrdS, tdSsdSt);
       cutlass::arch::fence_view_async_shared();   // wgmma (async proxy) reads what st.shared wrote
       cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
       Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
@@ -149,11 +173,10 @@ struct BwdMainloop {
       // Stage dq_stage was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back
       // (parity 1 on the fresh barrier passes at once for the first kDQStages blocks).
       cutlass::arch::ClusterBarrier::wait(sm.dq_empty + dq_stage, ((i / kDQStages) & 1) ^ 1);
-      Tensor tdQsdQ = thr_dq.partition_C(local_tile(sm.dq(_, _, dq_stage),
+      Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_pi(_, _, dq_stage),
                                                     Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
                                                     make_coord(dq_row_blk, dq_col_blk)));
-      CUTE_UNROLL
-      for (int j = 0; j < size(tdQrdQ); ++j) { tdQsdQ(j) = tdQrdQ(j); }
+      store_pairs_shared(tdQrdQ, tdQsdQ);
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
     }
