@@ -4,11 +4,12 @@
 //
 // Per query block i = m - m_min, in order: S^T and dP^T issued back to back (SS); P^T =
 // exp2(S^T * scale_log2 - LSE_log2) once S^T is done; dS^T = P^T (dP^T - D) once dP^T is; dV += P^T dO
-// and dK += dS^T Q issued (RS) while dS^T goes to sdS stage i % 2; both warpgroups meet (named
-// barrier kDSReady), dQ = dS K (SS); everything waited; the Q/dO stage released; dQ to sdQ stage
-// i % 2 once the writer freed it (dq_empty), then dq_full (every consumer thread arrives).
+// issued (RS), dS^T to sdS stage i % 2; both warpgroups meet (named barrier kDSReady); dQ = dS K
+// (SS) and dK += dS^T Q (RS) issued; dV and dQ waited, the dO stage released; dQ to sdQ stage
+// i % 2 once the writer freed it (dq_empty), then dq_full (every consumer thread arrives), all
+// while dK runs; dK waited, the Q stage released.
 // Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
-// warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<0>); sdQ stage s is
+// warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<1>); sdQ stage s is
 // rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
 #pragma once
 
@@ -153,7 +154,6 @@ struct BwdMainloop {
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       CUTE_UNROLL
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
-      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
       Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
                                                          make_coord(cwg, _0{})));  // this WG's dS^T
       copy(r2s_ds, tdSrdS, tdSsdSt);
@@ -162,13 +162,12 @@ struct BwdMainloop {
       Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
           sm.ds(_, _, ds_stage), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
       wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-      warpgroup_wait<0>();
+      // dK last: its GEMM runs while this warpgroup hands dQ to the writer (FA3's order).
+      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+      warpgroup_wait<1>();                        // dV, dQ done (batches complete in order)
       warpgroup_fence_operand(tdVrdV);
-      warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdQrdQ);
-      pipe_q.consumer_release(st_q);
-      pipe_do.consumer_release(st_do);
-      ++st_q;
+      pipe_do.consumer_release(st_do);            // dP^T and dV have read dO
       ++st_do;
       // Stage dq_stage was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back
       // (parity 1 on the fresh barrier passes at once for the first kDQStages blocks).
@@ -179,6 +178,10 @@ struct BwdMainloop {
       store_pairs_shared(tdQrdQ, tdQsdQ);
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
+      warpgroup_wait<0>();                        // dK done: Q and rdS free
+      warpgroup_fence_operand(tdKrdK);
+      pipe_q.consumer_release(st_q);
+      ++st_q;
     }
   }
 };
