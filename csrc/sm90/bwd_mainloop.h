@@ -2,12 +2,13 @@
 // keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and handing
 // each block's dQ to the dQ writer (bwd_kernel.h bwd_store_dq) through shared memory.
 //
-// Per query block i = m - m_min, in order: S^T and dP^T issued back to back (SS); P^T =
-// exp2(S^T * scale_log2 - LSE_log2) once S^T is done; dS^T = P^T (dP^T - D) once dP^T is; dV += P^T dO
-// issued (RS), dS^T to sdS stage i % 2; both warpgroups meet (named barrier kDSReady); dQ = dS K
-// (SS) and dK += dS^T Q (RS) issued; dV and dQ waited, the dO stage released; dQ to sdQ stage
-// i % 2 once the writer freed it (dq_empty), then dq_full (every consumer thread arrives), all
-// while dK runs; dK waited, the Q stage released.
+// Per query block i = m - m_min (software-pipelined by one GEMM: S^T of block i is issued at the
+// end of block i - 1, behind its dK; p_and_ds then issues dP^T, computes P^T = exp2(S^T * scale_log2 -
+// LSE_log2) while dP^T runs and dS^T = P^T (dP^T - D), both to Element): dV += P^T dO issued (RS),
+// dS^T to sdS stage i % 2; both warpgroups meet (named barrier kDSReady); dQ = dS K (SS) and
+// dK += dS^T Q (RS) issued; dV and dQ waited, the dO stage released; dQ to sdQ stage i % 2 once the
+// writer freed it (dq_empty), then dq_full (every consumer thread arrives), all while dK runs; S^T
+// of block i + 1 issued behind dK; dK waited, the Q stage released; p_and_ds of block i + 1.
 // Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
 // warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<1>); sdQ stage s is
 // rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
@@ -121,19 +122,20 @@ struct BwdMainloop {
     Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
     Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
 
-    PipelineState st_q, st_do;
-    for (int m = m_min; m < m_max; ++m) {
-      const int m0 = m * kBlockM;
-      const int i = m - m_min, ds_stage = i % kDSStages, dq_stage = i % kDQStages;
-      pipe_q.consumer_wait(st_q);
-      wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
-      pipe_do.consumer_wait(st_do);
-      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
-      warpgroup_wait<1>();
+    // Block m up to its GEMM operands, once S^T of it has been issued: dP^T issued, P^T = exp2(S^T *
+    // scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to Element (rP, rdS).
+    // Nothing is left in flight: every wgmma batch is retired inside the iteration that issued it
+    // (ptxas serialises wgmma whose accumulators stay in flight across a loop back-edge, C7514), and
+    // only rP, rdS (16 registers each) cross it, not the fp32 P^T, dS^T.
+    auto p_and_ds = [&](int m, PipelineState const& sq, PipelineState const& sdo) {
+      pipe_do.consumer_wait(sdo);
+      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
+      warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
+      const int m0 = m * kBlockM;
       const bool need_mask = key0 + kWGKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
       if (need_mask) { mask_st<kCausal>(s, tScS_rc, key0, m0, seqlen_q, seqlen_k); }
-      const float* lse = sm.lse_log2 + st_q.index() * kBlockM;
+      const float* lse = sm.lse_log2 + sq.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
         const float l = lse[get<1>(tScS_rc(0, c))];
@@ -142,7 +144,7 @@ struct BwdMainloop {
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
-      const float* delta = sm.delta + st_do.index() * kBlockM;
+      const float* delta = sm.delta + sdo.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp); ++c) {
         const float dd = delta[get<1>(tScS_rc(0, c))];
@@ -151,9 +153,20 @@ struct BwdMainloop {
       }
       CUTE_UNROLL
       for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
-      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       CUTE_UNROLL
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
+    };
+
+    // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
+    // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
+    // this only when m_min < m_max).
+    PipelineState st_q, st_do;
+    pipe_q.consumer_wait(st_q);
+    wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+    p_and_ds(m_min, st_q, st_do);
+    for (int m = m_min; m < m_max; ++m) {
+      const int i = m - m_min, ds_stage = i % kDSStages, dq_stage = i % kDQStages;
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
                                                          make_coord(cwg, _0{})));  // this WG's dS^T
       copy(r2s_ds, tdSrdS, tdSsdSt);
@@ -178,10 +191,23 @@ struct BwdMainloop {
       store_pairs_shared(tdQrdQ, tdQsdQ);
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
-      warpgroup_wait<0>();                        // dK done: Q and rdS free
-      warpgroup_fence_operand(tdKrdK);
-      pipe_q.consumer_release(st_q);
-      ++st_q;
+      if (m + 1 < m_max) {
+        // S^T of the next block into tSrS (dead since rP), queued behind dK.
+        PipelineState st_q_next = st_q;
+        ++st_q_next;
+        pipe_q.consumer_wait(st_q_next);
+        wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q_next.index()), tSrS);
+        warpgroup_wait<1>();                      // dK done (in flight: the next S^T)
+        warpgroup_fence_operand(tdKrdK);
+        pipe_q.consumer_release(st_q);            // S^T and dK have read Q
+        ++st_q;
+        p_and_ds(m + 1, st_q, st_do);
+      } else {
+        warpgroup_wait<0>();                      // dK done
+        warpgroup_fence_operand(tdKrdK);
+        pipe_q.consumer_release(st_q);
+        ++st_q;
+      }
     }
   }
 };
