@@ -609,11 +609,11 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   at::Tensor dq_accum, delta, lse_log2;
   if (varlen) {
     p.varlen_scratch_rows = flash::bwd_varlen_scratch_rows(p.total_q, p.batch);
-    dq_accum = at::zeros({splits, nheads, p.varlen_scratch_rows, d}, f32);
+    dq_accum = at::empty({splits, nheads, p.varlen_scratch_rows, d}, f32);  // zeroed by the launch
     delta = at::empty({nheads, p.varlen_scratch_rows}, f32);
     lse_log2 = at::empty({nheads, p.varlen_scratch_rows}, f32);
   } else {
-    dq_accum = at::zeros({splits, p.batch, nheads, p.seqlen_q_rounded, d}, f32);
+    dq_accum = at::empty({splits, p.batch, nheads, p.seqlen_q_rounded, d}, f32);  // zeroed by the launch
     delta = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
     lse_log2 = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
   }

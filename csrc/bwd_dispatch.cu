@@ -13,19 +13,14 @@
 
 namespace flash {
 
-// ---- the sm90 family's main kernel (sm_90a code), run by the sm80 launch (params.main_kernel)
-
-template <typename Element, int kHeadDim>
-static int sm90_bwd_main(const BwdParams& params, CUstream_st* stream) {
-  return int(sm90::run_bwd_main_<Element, kHeadDim>(params, stream));
-}
+// ---- the sm90 family's backward (sm_90a code: pre-pass, main kernel, dQ conversion of its own)
 
 template <typename Element>
-static auto sm90_bwd_main_for(int headdim_rounded) -> decltype(BwdParams::main_kernel) {
+static auto sm90_bwd_for(int headdim_rounded) -> cudaError_t (*)(const BwdParams&, cudaStream_t) {
   switch (headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return &sm90_bwd_main<Element, D>;
+    return &sm90::run_bwd_<Element, D>;
     FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:
@@ -84,19 +79,12 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream, FwdFamily* ran
                   params.dv_batch_stride != 0))) {
     return cudaErrorInvalidValue;
   }
-  BwdParams run = params;
-  run.main_kernel = nullptr;
-  run.dq_accum_row_major = false;
   const bool sm90 = bwd_family(params) == FwdFamily::kSm90;
   if (ran != nullptr) { *ran = sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80; }
   switch (params.dtype) {
-#define FLASH_CASE(ENUM, TYPE)                                                     \
-  case DType::ENUM:                                                                \
-    if (sm90) {                                                                      \
-      run.main_kernel = sm90_bwd_main_for<TYPE>(params.headdim_rounded);             \
-      run.dq_accum_row_major = true;                                                 \
-    }                                                                                \
-    return run_bwd_dtype<TYPE>(run, stream);
+#define FLASH_CASE(ENUM, TYPE)                                                                   \
+  case DType::ENUM:                                                                              \
+    return sm90 ? sm90_bwd_for<TYPE>(params.headdim_rounded)(params, stream) : run_bwd_dtype<TYPE>(params, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
     default:

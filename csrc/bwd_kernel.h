@@ -73,8 +73,8 @@ __global__ void bwd_prepass_kernel(__grid_constant__ const BwdParams p) {
 // element i of thread t's dQ accumulator (TiledMmadQ's C fragment) lives at i * kNThreads + t,
 // so one atomic instruction of a warp adds into 32 consecutive floats (one 128-B line) instead
 // of 8 rows' scattered sectors. The convert kernel undoes the permutation with the same MMA
-// partition. (FA2 does the same; an L2-atomic-throughput limit otherwise.) The sm90 main kernel
-// (its TMA reduce-add needs the rows as they are) writes row-major tiles: params.dq_accum_row_major.
+// partition. (FA2 does the same; an L2-atomic-throughput limit otherwise.) The sm90 family's backward
+// (its TMA reduce-add needs the rows as they are) keeps row-major tiles and passes of its own.
 // row0: the (batch, head)'s first scratch row (bwd_scratch_row0).
 template <typename Traits>
 CUTE_DEVICE float* dq_accum_tile(float* dq_accum, int64_t row0, int m_block) {
@@ -103,8 +103,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   CUTE_UNROLL
   for (int i = 0; i < size(coords); ++i) {
     const int row = m_block * Traits::kBlockM + get<0>(coords(i)), col = get<1>(coords(i));
-    // The sm90 main kernel's TMA reduce-add writes plain row-major rows instead.
-    const float* src = p.dq_accum_row_major ? p.dq_accum_ptr + (row0 + row) * Traits::kHeadDim + col : tile + i * kThreads;
+    const float* src = tile + i * kThreads;
     float sum = src[0];
     for (int s = 1; s < p.num_dq_splits; ++s) { sum += src[s * split_stride]; }
     if (row < seq.seqlen_q() && col < p.headdim) { dq[row * p.dq_row_stride + col] = Element(sum * p.softmax_scale); }

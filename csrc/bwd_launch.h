@@ -1,5 +1,5 @@
-// Launch template of the backward (see bwd_kernel.h): pre-pass, main kernel (or the sm90 family's,
-// params.main_kernel), dQ conversion, in stream order.
+// Launch template of the sm80 family's backward (see bwd_kernel.h): dq_accum zeroed, pre-pass, main
+// kernel, dQ conversion, in stream order. (The sm90 family's: sm90/bwd_launch.h.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,9 +41,16 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
   }
   auto convert = varlen ? &bwd_convert_dq_kernel<Traits, true> : &bwd_convert_dq_kernel<Traits, false>;
 #endif
+  // dq_accum: (num_dq_splits, rows of every (batch, head) or varlen scratch rows, headdim_rounded) fp32.
+  const int64_t scratch_rows = varlen ? int64_t(params.nheads) * params.varlen_scratch_rows
+                                      : int64_t(params.batch) * params.nheads * params.seqlen_q_rounded;
+  cudaError_t err = cudaMemsetAsync(params.dq_accum_ptr, 0,
+                                    size_t(params.num_dq_splits) * scratch_rows * params.headdim_rounded * sizeof(float),
+                                    stream);
+  if (err != cudaSuccess) { return err; }
   const dim3 padded_row_grid(params.seqlen_q_rounded / 8, params.nheads, params.batch);
   prepass<<<padded_row_grid, 256, 0, stream>>>(params);
-  cudaError_t err = cudaGetLastError();
+  err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
   constexpr int kSmem = Traits::kSmemBytes;
@@ -51,14 +58,10 @@ cudaError_t launch_bwd(const BwdParams& params, cudaStream_t stream) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess) { return err; }
   }
-  if (params.main_kernel != nullptr) {  // the sm90 family's (bwd_dispatch.cu)
-    err = static_cast<cudaError_t>(params.main_kernel(params, stream));
-  } else {
-    const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-    const dim3 grid(params.deterministic ? params.num_dq_splits : n_blocks, params.nheads, params.batch);
-    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
-    err = cudaGetLastError();
-  }
+  const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const dim3 grid(params.deterministic ? params.num_dq_splits : n_blocks, params.nheads, params.batch);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
+  err = cudaGetLastError();
   if (err != cudaSuccess) { return err; }
 
   const dim3 tile_grid(params.seqlen_q_rounded / Traits::kBlockM, params.nheads, params.batch);

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-struct CUstream_st;  // what cudaStream_t points to (BwdParams::main_kernel), without the CUDA headers
 
 namespace flash {
 
@@ -189,8 +188,8 @@ struct KvCacheParams : FwdParams {
 // gradients, and float32 scratch the caller allocates, with rows padded to seqlen_q_rounded =
 // bwd_rows_rounded(seqlen_q) so the kernels index them without bounds checks:
 //   dq_accum: (num_dq_splits, batch, nheads, seqlen_q_rounded, headdim_rounded), zeroed by the
-//             caller (num_dq_splits from bwd_dq_accum_splits()); each kBlockM-row tile in the main
-//             kernel's order (dq_accum_row_major below)
+//             launch (num_dq_splits from bwd_dq_accum_splits()); each kBlockM-row tile in the main
+//             kernel's order (sm80: thread-major, bwd_kernel.h dq_accum_tile; sm90: row-major)
 //   delta:    (batch, nheads, seqlen_q_rounded) = rowsum(dO * O), written by the pre-pass
 //   lse_log2: (batch, nheads, seqlen_q_rounded) = LSE * log2(e), written by the pre-pass; +inf on
 //             padding rows and rows that see no key, so their P is exactly 0
@@ -241,14 +240,6 @@ struct BwdParams : FwdParams {
   bool deterministic = false;
   int num_dq_splits = 1;
 
-  // Set by the dispatch (bwd_dispatch.cu), never by callers: another family's main kernel (the
-  // sm90 backward) that the sm80 launch runs between its pre-pass and dQ conversion instead of its
-  // own (same scratch: delta, lse_log2, dq_accum); nullptr runs the sm80 main kernel.
-  // (Returns a cudaError_t; the stream is a cudaStream_t: plain types keep this header CUDA-free.)
-  int (*main_kernel)(const BwdParams&, CUstream_st*) = nullptr;
-  // dq_accum's (kBlockM x d) tiles row-major (the sm90 main kernel's TMA reduce-add) rather than the
-  // sm80 kernel's thread-major order (bwd_kernel.h dq_accum_tile); set with main_kernel.
-  bool dq_accum_row_major = false;
 };
 
 }  // namespace flash

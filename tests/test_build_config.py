@@ -226,7 +226,7 @@ def test_generator_sm90_rows(tmp_path):
     assert "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert "#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) X(64) X(128)\n" in config
     bwd_text = (tmp_path / "sm90_bwd_hdim64_fp16.cu").read_text()
-    assert "template cudaError_t flash::sm90::run_bwd_main_<cutlass::half_t, 64>(const flash::BwdParams&, cudaStream_t);" \
+    assert "template cudaError_t flash::sm90::run_bwd_<cutlass::half_t, 64>(const flash::BwdParams&, cudaStream_t);" \
         in bwd_text
     assert all(gen_instantiations.source_family(f) == ("sm90" if pathlib.Path(f).name in sm90 else "sm80")
                for f in files)

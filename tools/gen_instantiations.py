@@ -30,7 +30,7 @@ KERNELS = {
     ("sm80", "bwd"): ("bwd_launch.h", "flash::run_bwd_", "BwdParams", None),
     ("sm80", "decode"): ("decode_launch.h", "flash::run_decode_", "KvCacheParams", None),
     ("sm90", "fwd"): ("sm90/fwd_launch.h", "flash::sm90::run_fwd_", "FwdParams", build_config.SM90_HEAD_DIMS),
-    ("sm90", "bwd"): ("sm90/bwd_launch.h", "flash::sm90::run_bwd_main_", "BwdParams", build_config.SM90_BWD_HEAD_DIMS),
+    ("sm90", "bwd"): ("sm90/bwd_launch.h", "flash::sm90::run_bwd_", "BwdParams", build_config.SM90_BWD_HEAD_DIMS),
 }
 # (family, direction) -> {variant: the entry point's extra template arguments}: variants with a unit of
 # their own per (head dim, dtype), <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels.

@@ -7,7 +7,7 @@
 //
 // Same command line as bench_fwd (bench_common.h), nheads_k == nheads. flash::run_fwd runs once
 // for out and lse; then every timed call is what the torch binding does per backward:
-// memset(dq_accum, 0) + flash::run_bwd (D pre-pass, main kernel, dQ conversion), median of --reps
+// flash::run_bwd (dq_accum zeroed, D pre-pass, main kernel, dQ conversion), median of --reps
 // after 5 warm-ups. TFLOP/s = 2.5 * 4*B*Sq*Sk*H*D (/2 causal): the backward's five GEMMs
 // (S = QK^T again, dP = dO V^T, dV = P^T dO, dK = dS^T Q, dQ = dS K) against the forward's two.
 //
@@ -31,7 +31,7 @@ using bench::Options;
 using bench::to_float;
 
 constexpr char kUsage[] =
-    "bench_bwd: the backward kernels timed with CUDA events (median of memset(dq_accum) + run_bwd),\n"
+    "bench_bwd: the backward kernels timed with CUDA events (median of run_bwd),\n"
     "           TFLOP/s = 2.5 * 4*B*Sq*Sk*H*D (/2 causal)\n"
     "  bench_bwd [--batch B] [--seqlen S] [--seqlen-k SK] [--heads H] [--hdim D] [--causal 0|1]\n"
     "            [--dtype bf16|fp16] [--reps N] [--deterministic] [--check] [--grid] [--compiled] [--help]\n"
@@ -227,11 +227,9 @@ Result bench_one(const Options& o, int num_sms) {
   const size_t accum_bytes = size_t(p.num_dq_splits) * nrows_padded * headdim_rounded * sizeof(float);
   CUDA_CHECK(cudaMalloc(&dq_accum, accum_bytes));
   p.dq_accum_ptr = dq_accum;
-  // One backward as the torch binding runs it: a zeroed dq_accum, then the three kernels.
-  auto run_bwd = [&]() -> cudaError_t {
-    const cudaError_t err = cudaMemsetAsync(dq_accum, 0, accum_bytes, nullptr);
-    return err != cudaSuccess ? err : flash::run_bwd(p, nullptr);
-  };
+  // One backward as the torch binding runs it (the launch zeroes dq_accum itself: poisoned here once).
+  CUDA_CHECK(cudaMemset(dq_accum, 0xFF, accum_bytes));
+  auto run_bwd = [&]() -> cudaError_t { return flash::run_bwd(p, nullptr); };
   // A checked backward: every output poisoned with NaN bytes first.
   auto run_poisoned = [&]() {
     CUDA_CHECK(cudaMemset(dq, 0xFF, nq * sizeof(T)));
@@ -332,7 +330,7 @@ int main(int argc, char** argv) {
 
   const std::vector<Options> runs = bench::runs_for(o);
   const Tolerance tol = tolerance(o.dtype);
-  std::printf("# timed: memset(dq_accum, 0) + flash::run_bwd (D pre-pass, main kernel, dQ conversion), as the torch "
+  std::printf("# timed: flash::run_bwd (dq_accum zeroed, D pre-pass, main kernel, dQ conversion), as the torch "
               "binding runs a backward; TFLOP/s = 2.5 * 4*B*Sq*Sk*H*D (/2 causal)\n");
   if (o.check) {
     std::printf("# check: per gradient, max|ours - fp32 reference| <= %.0e * max|ref| + %.0e (%s)%s\n", tol.rel,

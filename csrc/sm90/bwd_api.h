@@ -9,11 +9,11 @@
 
 namespace flash::sm90 {
 
-// The main kernel of the backward (dK, dV, dQ added into dq_accum) on `stream`. The caller ran the
-// pre-pass (delta, lse_log2) and zeroed dq_accum, and converts dQ after (the sm80 family's
-// launch_bwd does all three around it); it checked bwd_supports(params) and compute capability 9.0.
+// The backward on `stream`: pre-pass (delta, lse_log2, dq_accum zeroed), main kernel (dK, dV, dQ
+// added into dq_accum), dQ conversion. The caller allocated the scratch (params.h: dq_accum need
+// not be zeroed) and checked bwd_supports(params) and compute capability 9.0.
 template <typename Element, int kHeadDim>
-cudaError_t run_bwd_main_(const BwdParams& params, cudaStream_t stream);
+cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream);
 
 // Whether the sm90 backward implements this call (head dim, causal or none, no score
 // modifiers/dropout/varlen/deterministic, TMA strides); else the sm80 kernels run it.

@@ -1,6 +1,6 @@
-// Launch of the sm90 backward main kernel (definitions of run_bwd_main_ for the instantiation TUs,
-// compiled for sm_90a alone): TMA descriptors from BwdParams, grid, shared-memory opt-in, launch.
-// The sm80 family's launch_bwd (../bwd_launch.h) calls it between its pre-pass and dQ conversion.
+// Launch of the sm90 backward (definitions of run_bwd_ for the instantiation TUs, compiled for sm_90a
+// alone): its pre-pass (bwd_passes.h), the main kernel (TMA descriptors from BwdParams, grid,
+// shared-memory opt-in) and the dQ conversion, in stream order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include "../params.h"
 #include "bwd_api.h"
 #include "bwd_kernel.h"
+#include "bwd_passes.h"
 #include "bwd_tile_table.h"
 #include "bwd_tma.h"
 
@@ -34,8 +35,12 @@ cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
 }
 
 template <typename Element, int kHeadDim>
-cudaError_t run_bwd_main_(const BwdParams& params, cudaStream_t stream) {
-  return launch_bwd_main<BwdTraitsFor<Element, kHeadDim>>(params, stream);
+cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
+  cudaError_t err = launch_bwd_prepass<Element, kHeadDim>(params, stream);
+  if (err != cudaSuccess) { return err; }
+  err = launch_bwd_main<BwdTraitsFor<Element, kHeadDim>>(params, stream);
+  if (err != cudaSuccess) { return err; }
+  return launch_bwd_convert_dq<Element, kHeadDim>(params, stream);
 }
 
 }  // namespace flash::sm90

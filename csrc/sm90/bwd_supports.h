@@ -19,7 +19,9 @@ bool bwd_supports(const BwdParams& p) {
   if (!causal && !full) { return false; }
   if (p.seqlen_q < 1 || p.seqlen_k < 1 || p.nheads_k < 1 || p.nheads % p.nheads_k != 0) { return false; }
   if (p.num_dq_splits != 1 || p.seqlen_q_rounded % 128 != 0) { return false; }
-  for (const void* ptr : {p.q_ptr, p.k_ptr, p.v_ptr, p.do_ptr, static_cast<const void*>(p.dq_accum_ptr),
+  // O and dQ: 16-byte vector rows in the pre-pass and the dQ conversion (bwd_passes.h), the TMA rules.
+  for (const void* ptr : {p.q_ptr, p.k_ptr, p.v_ptr, p.do_ptr, static_cast<const void*>(p.o_ptr),
+                          static_cast<const void*>(p.dq_ptr), static_cast<const void*>(p.dq_accum_ptr),
                           static_cast<const void*>(p.dk_ptr), static_cast<const void*>(p.dv_ptr)}) {
     if (!detail::tma_aligned(ptr)) { return false; }
   }
@@ -27,7 +29,9 @@ bool bwd_supports(const BwdParams& p) {
   return detail::tma_strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
          detail::tma_strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
          detail::tma_strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride) &&
-         detail::tma_strides(p.do_row_stride, p.do_head_stride, p.do_batch_stride) && p.dk_row_stride % 2 == 0 &&
+         detail::tma_strides(p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
+         detail::tma_strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride) &&
+         detail::tma_strides(p.dq_row_stride, p.dq_head_stride, p.dq_batch_stride) && p.dk_row_stride % 2 == 0 &&
          p.dv_row_stride % 2 == 0;
 }
 
