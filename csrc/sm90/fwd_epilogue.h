@@ -67,6 +67,23 @@ struct FwdEpilogue {
     }
     if (tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the store read it
   }
+
+  // Persistent kernel (fwd_persistent.h): a tile whose rows see no key (causal, seqlen_q >
+  // seqlen_k) gets O = 0 and LSE = -inf for this warpgroup's rows [row0, row0 + 64) < seqlen_q,
+  // by plain 16-byte stores (no shared memory: the producer may already load the next tile's Q
+  // into this warpgroup's rows). o_head: O of the tile's (batch, head), row stride o_row_stride.
+  CUTE_DEVICE static void run_empty(Element* o_head, int64_t o_row_stride, float* lse_head, int row0, int seqlen_q,
+                                    int tid) {
+    constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
+    static_assert(Traits::kHeadDim % 8 == 0, "rows of whole 16-byte chunks");
+    for (int i = tid; i < Traits::kWGRows * kChunks; i += 128) {
+      const int row = row0 + i / kChunks;
+      if (row < seqlen_q) {
+        *reinterpret_cast<uint4*>(o_head + int64_t(row) * o_row_stride + (i % kChunks) * 8) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (tid < Traits::kWGRows && row0 + tid < seqlen_q) { lse_head[row0 + tid] = -INFINITY; }
+  }
 };
 
 }  // namespace flash::sm90
