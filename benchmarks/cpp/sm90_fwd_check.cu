@@ -51,10 +51,10 @@ using LaunchFn = cudaError_t (*)(const flash::FwdParams&, cudaStream_t);
 // The persistent kernel of the tile table's tile, CTAS CTAs (-1: one per SM). Only launch_fwd_persistent
 // is instantiated here (with FLASH_ATTN_CUDA_SM90_PERSISTENT), never run_fwd_ / launch_fwd, whose
 // bodies differ with the macro: no two definitions of one symbol across the parts.
-#define SM90_PERSISTENT(T, TN, D, SUFFIX, CTAS) SM90_PERSISTENT_OF(flash::sm90::FwdTraitsFor<T, D>, TN, D, SUFFIX, CTAS)
-#define SM90_PERSISTENT_OF(TRAITS, TN, D, SUFFIX, CTAS)                                             \
+#define SM90_PERSISTENT(T, TN, D, SUFFIX, CTAS) SM90_PERSISTENT_OF(TN, D, SUFFIX, CTAS, flash::sm90::FwdTraitsFor<T, D>)
+#define SM90_PERSISTENT_OF(TN, D, SUFFIX, CTAS, ...) /* ...: the traits type (may hold commas) */     \
   cudaError_t check_sm90_##TN##_##D##_##SUFFIX(const flash::FwdParams& p, cudaStream_t s) {         \
-    using Traits = TRAITS;                                                                           \
+    using Traits = __VA_ARGS__;                                                                      \
     flash::FwdParams q = p;                                                                          \
     q.sm90_persistent_ctas = CTAS;                                                                   \
     const auto kp = flash::sm90::FwdTma<Traits>::make_params(q);                                     \
@@ -126,7 +126,7 @@ SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 256, persistent3, 3)
 #include "sm90/fwd_launch.h"
 // A type of its own: the watchdog kernel must not share a symbol with part 13's (same tile).
 struct WatchdogTraits128 : flash::sm90::FwdTraitsFor<cutlass::bfloat16_t, 128> {};
-SM90_PERSISTENT_OF(WatchdogTraits128, bf16, 128, persistent_wd3, 3)
+SM90_PERSISTENT_OF(bf16, 128, persistent_wd3, 3, WatchdogTraits128)
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
