@@ -75,7 +75,7 @@ static cudaError_t run_bwd_dtype(const BwdParams& params, cudaStream_t stream) {
   }
 }
 
-cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream, FwdFamily* ran) {
   const bool varlen = params.cu_seqlens_q != nullptr;
   if (!params_supported(params) || params.num_dq_splits < 1 || (!params.deterministic && params.num_dq_splits != 1) ||
       params.seqlen_q_rounded != bwd_rows_rounded(params.seqlen_q) ||
@@ -88,6 +88,7 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   run.main_kernel = nullptr;
   run.dq_accum_row_major = false;
   const bool sm90 = bwd_family(params) == FwdFamily::kSm90;
+  if (ran != nullptr) { *ran = sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80; }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE)                                                     \
   case DType::ENUM:                                                                \

@@ -186,13 +186,24 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
     }
   };
   // K/V block n into a stage: rows past the sequence (and columns past d) are zeros. Thread tid
-  // copies the 16-B chunks tid + it * kNThreads (row-major over (kBlockN, kChunks)): always the same
-  // column, rows chunk_row(it).
+  // copies the 16-B chunks tid + it * kNThreads (row-major over (kBlockN, kChunks)): rows
+  // chunk_row(it), always the same column when kChunks divides kNThreads (d = 32/64/128/256: computed
+  // once), else column chunk_col(it) (d = 96/160/192/224: 12-28 chunks per row).
   constexpr int kKvIters = kBlockN * kChunks / Traits::kNThreads;  // chunks per thread per K/V block
-  static_assert(kBlockN * kChunks % Traits::kNThreads == 0 && Traits::kNThreads % kChunks == 0);
+  constexpr bool kFixedCol = Traits::kNThreads % kChunks == 0;
+  static_assert(kBlockN * kChunks % Traits::kNThreads == 0, "whole chunks per thread per K/V block");
   auto chunk_row = [&](int it) { return (tid + it * Traits::kNThreads) / kChunks; };
-  const int col = tid % kChunks * 8;  // this thread's column of every K/V row it copies
-  const int64_t k_col = head_k * params.k_head_stride + col, v_col = head_k * params.v_head_stride + col;
+  const int col0 = tid % kChunks * 8;  // with kFixedCol: this thread's column of every K/V row it copies
+  const int64_t k_col0 = head_k * params.k_head_stride + col0, v_col0 = head_k * params.v_head_stride + col0;
+  auto chunk_col = [&](int it) {
+    if constexpr (kFixedCol) { return col0; } else { return (tid + it * Traits::kNThreads) % kChunks * 8; }
+  };
+  auto k_col_of = [&](int it) -> int64_t {
+    if constexpr (kFixedCol) { return k_col0; } else { return head_k * params.k_head_stride + chunk_col(it); }
+  };
+  auto v_col_of = [&](int it) -> int64_t {
+    if constexpr (kFixedCol) { return v_col0; } else { return head_k * params.v_head_stride + chunk_col(it); }
+  };
   // Paged: the page of each key row of block n, as written in block_table (clamped where used),
   // lands in page_ring slot (n - n_begin) % kPageSlots through 4-B cp.asyncs issued in the commit
   // group kStages - 1 groups before the one that copies block n's K/V: the wait that releases a
@@ -219,12 +230,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
     const int* pages = page_ring + (n - n_begin) % kPageSlots * kBlockN;  // (kBlockN,) of block n
     CUTE_UNROLL
     for (int it = 0; it < kKvIters; ++it) {
-      const int r = chunk_row(it), key = n * kBlockN + r, slot = seq.leftpad + key;
+      const int r = chunk_row(it), col = chunk_col(it), key = n * kBlockN + r, slot = seq.leftpad + key;
       const bool ok = key < seq.seqlen_k && col < params.headdim;
       const int page = min(max(pages[r], 0), params.num_pages - 1);  // a bad block_table reads a wrong page, never outside
       const int row = kPow2 ? slot & (params.page_size - 1) : slot % params.page_size;
-      const int64_t k_off = page * params.k_batch_stride + int64_t(row) * params.k_row_stride + k_col;
-      const int64_t v_off = page * params.v_batch_stride + int64_t(row) * params.v_row_stride + v_col;
+      const int64_t k_off = page * params.k_batch_stride + int64_t(row) * params.k_row_stride + k_col_of(it);
+      const int64_t v_off = page * params.v_batch_stride + int64_t(row) * params.v_row_stride + v_col_of(it);
       cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
       cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
     }
@@ -241,13 +252,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
       Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
       CUTE_UNROLL
       for (int it = 0; it < kKvIters; ++it) {
-        const int r = chunk_row(it), key = n * kBlockN + r;
+        const int r = chunk_row(it), col = chunk_col(it), key = n * kBlockN + r;
         const bool ok = key < seq.seqlen_k && col < params.headdim;
         int64_t k_off = 0, v_off = 0;
         if (ok) {
           const int slot = seq.leftpad + key;
-          k_off = seq.cache_row * params.k_batch_stride + int64_t(slot) * params.k_row_stride + k_col;
-          v_off = seq.cache_row * params.v_batch_stride + int64_t(slot) * params.v_row_stride + v_col;
+          k_off = seq.cache_row * params.k_batch_stride + int64_t(slot) * params.k_row_stride + k_col_of(it);
+          v_off = seq.cache_row * params.v_batch_stride + int64_t(slot) * params.v_row_stride + v_col_of(it);
         }
         cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
         cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);

@@ -63,7 +63,8 @@ int fwd_smallest_shared_memory_bytes(int headdim_rounded);
 // conversion on `stream`. The caller allocates the scratch buffers params.h describes, with
 // params.seqlen_q_rounded = bwd_rows_rounded(seqlen_q) (and, varlen, params.varlen_scratch_rows =
 // bwd_varlen_scratch_rows(total_q, batch)), and zeroes dq_accum.
-cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
+// `ran` (if given) receives the family of the main kernel it launched (as run_fwd's).
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream, FwdFamily* ran = nullptr);
 constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
 int bwd_shared_memory_bytes(int headdim_rounded);           // the default (227 KB row) tile's
 int bwd_smallest_shared_memory_bytes(int headdim_rounded);  // the 99 KB row's

@@ -2,7 +2,8 @@
 //   warpgroup 0 (producer, 24 registers): thread 0 loads K and V once (one mbarrier), then per
 //     query block Q with its LSE_log2 rows and dO with its delta rows through two PipelineTmaAsync
 //     pipelines of Traits::kStages stages (the LSE/delta rows by 1-D bulk copies on the same
-//     barriers);
+//     barriers); thread 32 (warp 1) is the dQ writer: per query block one TMA reduce-add of the
+//     sdQ stage the consumers filled (bwd_store_dq);
 //   warpgroups 1, 2 (consumers, 240 registers): bwd_mainloop.h, then dK (scaled), dV to global.
 // The pre-pass (delta, LSE_log2 into the padded scratch) and the dQ conversion are the sm80
 // family's (bwd_kernel.h, launched by launch_bwd around this kernel): dq_accum is the same buffer.
@@ -49,6 +50,8 @@ CUTE_DEVICE auto bwd_smem_tensors(typename Traits::SharedStorage& ss) {
     decltype(make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{})) dq;
     float* lse_log2;
     float* delta;
+    uint64_t* dq_full;   // (kDQStages,) mbarriers, bwd_traits.h
+    uint64_t* dq_empty;
   } t{make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{}),
       make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutDO{}),
       make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{}),
@@ -60,7 +63,9 @@ CUTE_DEVICE auto bwd_smem_tensors(typename Traits::SharedStorage& ss) {
       make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}),
       make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{}),
       ss.lse_log2.data(),
-      ss.delta.data()};
+      ss.delta.data(),
+      ss.barrier_dq_full,
+      ss.barrier_dq_empty};
   return t;
 }
 
@@ -83,6 +88,29 @@ CUTE_DEVICE void store_dkv(TensorAcc const& acc, float scale, typename Traits::E
       *reinterpret_cast<uint32_t*>(base + row * row_stride + col) = packed;  // col even, row_stride even
     }
   }
+}
+
+// The dQ writer (one thread of the producer warpgroup). Query block i = m - m_min uses sdQ stage
+// s = i % kDQStages: wait until all consumer threads wrote their parts of it (dq_full[s], completion
+// i / kDQStages), reduce-add it into dq_accum's tile m, and once the reduce of block i - (kDQStages - 1)
+// has read its stage (bulk wait_group.read) hand that stage back (dq_empty, one arrival). The
+// consumers wait on dq_empty before writing a stage (bwd_mainloop.h), so none waits for the reduce of
+// the block it just finished.
+template <class Traits, class Smem, class TmaDQ, class GDQ>
+CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gdQ, int m_min, int m_max) {
+  constexpr int kS = Traits::kDQStages;
+  // (TMA, stage) and (TMA, m_blocks)
+  auto [tdQgdQ, tdQsdQ] = tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
+#pragma unroll 1
+  for (int m = m_min; m < m_max; ++m) {
+    const int i = m - m_min, stage = i % kS;
+    cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
+    copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
+    tma_store_arrive();
+    tma_store_wait<kS - 1>();  // the reduces of blocks <= i - (kS - 1) have read shared memory
+    if (i >= kS - 1) { cutlass::arch::ClusterBarrier::arrive(sm.dq_empty + (i - (kS - 1)) % kS); }
+  }
+  tma_store_wait<0>();  // shared memory stays valid until the last reduce read it
 }
 
 template <class Traits, bool kCausal>
@@ -112,7 +140,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   pp.num_consumers = Traits::kNConsumerThreads;
   Pipeline pipe_q(ss.pipe_q, pp, Shape<_1, _1, _1>{});
   Pipeline pipe_do(ss.pipe_do, pp, Shape<_1, _1, _1>{});
-  if (threadIdx.x == 0) { cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_kv, 1); }
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_kv, 1);
+    for (int s = 0; s < Traits::kDQStages; ++s) {
+      cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_full[s], Traits::kNConsumerThreads);
+      cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_empty[s], 1);
+    }
+  }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
@@ -122,7 +156,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (wg == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (threadIdx.x != 0 || m_max <= m_min) { return; }
+    if (m_max <= m_min) { return; }
+    if (threadIdx.x == 32) {
+      Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
+      Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
+      bwd_store_dq<Traits>(sm, kp.tma_dq, gdQ, m_min, m_max);
+      return;
+    }
+    if (threadIdx.x != 0) { return; }
     using RowsD = Shape<Int<kM>, Int<kD>>;
     using KeysD = Shape<Int<Traits::kBlockN>, Int<kD>>;
     Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kD>{}, p.nheads, p.batch));
@@ -144,20 +185,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.q), group_modes<0, 2>(gQ));
     auto [tdOgdO, tdOsdO] =
         tma_partition(kp.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dout), group_modes<0, 2>(gdO));
-    auto st_q = cutlass::make_producer_start_state<Pipeline>();
-    auto st_do = cutlass::make_producer_start_state<Pipeline>();
+    // Q and dO advance together (same stage count, one of each per block): one state for both. Not
+    // unrolled: with the dQ writer in the same 24-register warpgroup, ptxas's 4-way unrolled loader
+    // spilled 44 bytes.
+    auto st = cutlass::make_producer_start_state<Pipeline>();
     constexpr int kRowBytes = kM * int(sizeof(float));
+#pragma unroll 1
     for (int m = m_min; m < m_max; ++m) {
-      pipe_q.producer_acquire(st_q);
-      uint64_t* bar_q = pipe_q.producer_get_barrier(st_q);
-      copy(kp.tma_q.with(*bar_q), tQgQ(_, m), tQsQ(_, st_q.index()));
-      SM90_BULK_COPY_G2S::copy(p.lse_log2_ptr + scratch_row0 + m * kM, bar_q, sm.lse_log2 + st_q.index() * kM, kRowBytes);
-      ++st_q;
-      pipe_do.producer_acquire(st_do);
-      uint64_t* bar_do = pipe_do.producer_get_barrier(st_do);
-      copy(kp.tma_do.with(*bar_do), tdOgdO(_, m), tdOsdO(_, st_do.index()));
-      SM90_BULK_COPY_G2S::copy(p.delta_ptr + scratch_row0 + m * kM, bar_do, sm.delta + st_do.index() * kM, kRowBytes);
-      ++st_do;
+      pipe_q.producer_acquire(st);
+      uint64_t* bar_q = pipe_q.producer_get_barrier(st);
+      copy(kp.tma_q.with(*bar_q), tQgQ(_, m), tQsQ(_, st.index()));
+      SM90_BULK_COPY_G2S::copy(p.lse_log2_ptr + scratch_row0 + m * kM, bar_q, sm.lse_log2 + st.index() * kM, kRowBytes);
+      pipe_do.producer_acquire(st);
+      uint64_t* bar_do = pipe_do.producer_get_barrier(st);
+      copy(kp.tma_do.with(*bar_do), tdOgdO(_, m), tdOsdO(_, st.index()));
+      SM90_BULK_COPY_G2S::copy(p.delta_ptr + scratch_row0 + m * kM, bar_do, sm.delta + st.index() * kM, kRowBytes);
+      ++st;
     }
     return;
   }
@@ -171,18 +214,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   clear(tdKrdK);
   clear(tdVrdV);
   if (m_max > m_min) {
-    Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
-    Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
-    BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, kp.tma_dq, gdQ, cwg, tid, n0, m_min, m_max,
-                                      p.seqlen_q, p.seqlen_k, p.scale_log2);
+    BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
+                                      p.seqlen_k, p.scale_log2);
   }
   const int key0 = n0 + Traits::kWGKeys * cwg;
   Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
   Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
   store_dkv<Traits>(tdKrdK, p.softmax_scale, dk, p.dk_row_stride, key0, p.seqlen_k, tid);
   store_dkv<Traits>(tdVrdV, 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);
-  if (cwg == 0 && tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the last reduce read it
 }
 
 }  // namespace flash::sm90

@@ -1,16 +1,21 @@
 // Consumer mainloop of the sm90 backward (bwd_traits.h has the GEMMs): one consumer warpgroup's 64
-// keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and adding
-// each block's dQ into dq_accum through shared memory and a TMA reduce-add.
+// keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and handing
+// each block's dQ to the dQ writer (bwd_kernel.h bwd_store_dq) through shared memory.
 //
-// Per query block, in order: S^T and dP^T issued back to back (SS); P^T = exp2(S^T * scale_log2 -
-// LSE_log2) once S^T is done; dS^T = P^T (dP^T - D) once dP^T is; dV += P^T dO and dK += dS^T Q
-// issued (RS) while dS^T goes to shared memory; both warpgroups meet (named barrier), dQ = dS K (SS);
-// everything waited; the Q/dO stage released; dQ to shared memory, both meet again, one thread
-// issues the reduce-add. The reduce of block m is read before dQ of block m + 1 is written
-// (tma_store_wait by the issuing thread ahead of the first barrier).
+// Per query block i = m - m_min (software-pipelined by one GEMM: S^T of block i is issued at the
+// end of block i - 1, behind its dK; p_and_ds then issues dP^T, computes P^T = exp2(S^T * scale_log2 -
+// LSE_log2) while dP^T runs and dS^T = P^T (dP^T - D), both to Element): dV += P^T dO issued (RS),
+// dS^T to sdS stage i % 2; both warpgroups meet (named barrier kDSReady); dQ = dS K (SS) and
+// dK += dS^T Q (RS) issued; dV and dQ waited, the dO stage released; dQ to sdQ stage i % 2 once the
+// writer freed it (dq_empty), then dq_full (every consumer thread arrives), all while dK runs; S^T
+// of block i + 1 issued behind dK; dK waited, the Q stage released; p_and_ds of block i + 1.
+// Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
+// warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<1>); sdQ stage s is
+// rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "fwd_layouts.h"
@@ -21,7 +26,7 @@ namespace flash::sm90 {
 using namespace cute;
 
 // Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones).
-enum class BwdBarrier : uint32_t { kDSReady = 0, kDQReady = 1 };
+enum class BwdBarrier : uint32_t { kDSReady = 0 };
 
 // Key rows k, query columns i of S^T (rowcol view) get -inf where key n0 + k is not visible to
 // query m0 + i: past seqlen_k, or (causal) right of the bottom-right-aligned diagonal.
@@ -39,6 +44,21 @@ CUTE_DEVICE void mask_st(TensorS& s, TensorC const& tScS, int n0, int m0, int se
   }
 }
 
+// dQ partial sums to shared memory: st.shared.v2.f32 of the accumulator's column pairs (i, i + 1)
+// (wgmma C fragments hold columns 2 (t%4) + {0, 1}: adjacent and 8-byte aligned under any K-major
+// swizzle of fp32, which permutes 16-byte chunks). sdq is position-independent (the swizzle acts on
+// the offset, the pointer stays a shared-memory base): the generic ST.E of the swizzled pointer
+// became one STS.64 per pair.
+template <class TensorR, class TensorS>
+CUTE_DEVICE void store_pairs_shared(TensorR const& r, TensorS const& sdq) {
+  static_assert(decltype(size(r))::value % 2 == 0, "column pairs");
+  CUTE_UNROLL
+  for (int j = 0; j < size(r); j += 2) {
+    const uint32_t addr = cast_smem_ptr_to_uint(&sdq(j));
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(r(j)), "f"(r(j + 1)) : "memory");
+  }
+}
+
 template <class Traits, bool kCausal>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -49,14 +69,14 @@ struct BwdMainloop {
   static constexpr int kD = Traits::kHeadDim;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
-  // sdS (q, keys), sdSt (keys, q), sdQ (q, d) fp32; sLse, sDelta (q, stage) fp32.
-  // tma_dq / gdQ: the reduce-add and dq_accum's tiles (q, d, m_block) for this (head, batch).
-  template <class Smem, class TensorDK, class TensorDV, class TmaDQ, class GDQ>
+  // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
+  // stage) fp32; dq_full / dq_empty (dq_stage) mbarriers.
+  template <class Smem, class TensorDK, class TensorDV>
   CUTE_DEVICE static void run(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
-                              TensorDV& tdVrdV, TmaDQ const& tma_dq, GDQ const& gdQ, int cwg, int tid, int n0,
-                              int m_min, int m_max, int seqlen_q, int seqlen_k, float scale_log2) {
+                              TensorDV& tdVrdV, int cwg, int tid, int n0, int m_min, int m_max, int seqlen_q,
+                              int seqlen_k, float scale_log2) {
     constexpr int kWGKeys = Traits::kWGKeys;
-    const bool dq_issuer = cwg == 0 && tid == 0;
+    constexpr int kDSStages = Traits::kDSStages, kDQStages = Traits::kDQStages;
 
     typename Traits::MmaSdP mma_sdp;
     typename Traits::MmaKV mma_kv;
@@ -75,14 +95,8 @@ struct BwdMainloop {
 
     // dQ part of this warpgroup: rows [r0, r0 + kDQRows), columns [c0, c0 + kDQCols) of the tile.
     const int dq_row_blk = Traits::kDQSplitRows ? cwg : 0, dq_col_blk = Traits::kDQSplitRows ? 0 : cwg;
-    Tensor tdQrdS = thr_dq.partition_fragment_A(
-        local_tile(sm.ds, Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
     Tensor tdQrKt = thr_dq.partition_fragment_B(
         local_tile(sm.kt, Shape<Int<Traits::kDQCols>, Int<kBlockN>>{}, make_coord(dq_col_blk, _0{})));
-    Tensor tdQsdQ = thr_dq.partition_C(local_tile(
-        sm.dq, Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{}, make_coord(dq_row_blk, dq_col_blk)));
-    Tensor tSsdSt = thr_sdp.partition_C(
-        local_tile(sm.dst, Shape<Int<kWGKeys>, Int<kBlockM>>{}, make_coord(cwg, _0{})));  // this WG's dS^T
 
     using TileS = decltype(select<0, 1>(typename Traits::TileSdP{}));
     Tensor tSrS = partition_fragment_C(mma_sdp, TileS{});    // ((2,2,kBlockM/8),1,1) fp32: S^T, then P^T
@@ -99,18 +113,29 @@ struct BwdMainloop {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     const int key0 = n0 + kWGKeys * cwg;
 
-    PipelineState st_q, st_do;
-    for (int m = m_min; m < m_max; ++m) {
-      const int m0 = m * kBlockM;
-      pipe_q.consumer_wait(st_q);
-      wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
-      pipe_do.consumer_wait(st_do);
-      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
-      warpgroup_wait<1>();
+    // dS^T (keys, q) from registers with stmatrix.trans (keys contiguous in sdS: the transposed
+    // 8 x 8 store, as FA3 does for its swapAB dS); position-independent views (the swizzle on the
+    // offset) so every store is shared-space (STSM / STS, not generic ST.E).
+    auto r2s_ds = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
+    auto r2s_thr_ds = r2s_ds.get_thread_slice(tid);
+    Tensor tdSrdS = r2s_thr_ds.retile_S(rdS);                               // ((8, 1), MMA_M, MMA_N)
+    Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
+    Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
+
+    // Block m up to its GEMM operands, once S^T of it has been issued: dP^T issued, P^T = exp2(S^T *
+    // scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to Element (rP, rdS).
+    // Nothing is left in flight: every wgmma batch is retired inside the iteration that issued it
+    // (ptxas serialises wgmma whose accumulators stay in flight across a loop back-edge, C7514), and
+    // only rP, rdS (16 registers each) cross it, not the fp32 P^T, dS^T.
+    auto p_and_ds = [&](int m, PipelineState const& sq, PipelineState const& sdo) {
+      pipe_do.consumer_wait(sdo);
+      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
+      warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
+      const int m0 = m * kBlockM;
       const bool need_mask = key0 + kWGKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
       if (need_mask) { mask_st<kCausal>(s, tScS_rc, key0, m0, seqlen_q, seqlen_k); }
-      const float* lse = sm.lse_log2 + st_q.index() * kBlockM;
+      const float* lse = sm.lse_log2 + sq.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
         const float l = lse[get<1>(tScS_rc(0, c))];
@@ -119,7 +144,7 @@ struct BwdMainloop {
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
-      const float* delta = sm.delta + st_do.index() * kBlockM;
+      const float* delta = sm.delta + sdo.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp); ++c) {
         const float dd = delta[get<1>(tScS_rc(0, c))];
@@ -127,34 +152,61 @@ struct BwdMainloop {
         for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = s(r, c) * (dp(r, c) - dd); }
       }
       CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) { rP(i) = Element(tSrS(i)); }
+      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      CUTE_UNROLL
+      for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
+    };
+
+    // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
+    // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
+    // this only when m_min < m_max).
+    PipelineState st_q, st_do;
+    pipe_q.consumer_wait(st_q);
+    wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+    p_and_ds(m_min, st_q, st_do);
+    for (int m = m_min; m < m_max; ++m) {
+      const int i = m - m_min, ds_stage = i % kDSStages, dq_stage = i % kDQStages;
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
-      CUTE_UNROLL
-      for (int i = 0; i < size(tdPrdP); ++i) { rdS(i) = Element(tdPrdP(i)); }
-      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
-      CUTE_UNROLL
-      for (int i = 0; i < size(rdS); ++i) { tSsdSt(i) = rdS(i); }
+      Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
+                                                         make_coord(cwg, _0{})));  // this WG's dS^T
+      copy(r2s_ds, tdSrdS, tdSsdSt);
       cutlass::arch::fence_view_async_shared();   // wgmma (async proxy) reads what st.shared wrote
-      if (dq_issuer) { tma_store_wait<0>(); }     // the previous block's reduce has read sdQ
       cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
+      Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
+          sm.ds(_, _, ds_stage), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
       wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-      warpgroup_wait<0>();
+      // dK last: its GEMM runs while this warpgroup hands dQ to the writer (FA3's order).
+      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+      warpgroup_wait<1>();                        // dV, dQ done (batches complete in order)
       warpgroup_fence_operand(tdVrdV);
-      warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdQrdQ);
-      pipe_q.consumer_release(st_q);
-      pipe_do.consumer_release(st_do);
-      ++st_q;
+      pipe_do.consumer_release(st_do);            // dP^T and dV have read dO
       ++st_do;
-      CUTE_UNROLL
-      for (int i = 0; i < size(tdQrdQ); ++i) { tdQsdQ(i) = tdQrdQ(i); }
+      // Stage dq_stage was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back
+      // (parity 1 on the fresh barrier passes at once for the first kDQStages blocks).
+      cutlass::arch::ClusterBarrier::wait(sm.dq_empty + dq_stage, ((i / kDQStages) & 1) ^ 1);
+      Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_pi(_, _, dq_stage),
+                                                    Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
+                                                    make_coord(dq_row_blk, dq_col_blk)));
+      store_pairs_shared(tdQrdQ, tdQsdQ);
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
-      cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDQReady));
-      if (dq_issuer) {
-        auto [tdQgdQ_tma, tdQsdQ_tma] =
-            tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
-        copy(tma_dq, tdQsdQ_tma, tdQgdQ_tma(_, m));
-        tma_store_arrive();
+      cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
+      if (m + 1 < m_max) {
+        // S^T of the next block into tSrS (dead since rP), queued behind dK.
+        PipelineState st_q_next = st_q;
+        ++st_q_next;
+        pipe_q.consumer_wait(st_q_next);
+        wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q_next.index()), tSrS);
+        warpgroup_wait<1>();                      // dK done (in flight: the next S^T)
+        warpgroup_fence_operand(tdKrdK);
+        pipe_q.consumer_release(st_q);            // S^T and dK have read Q
+        ++st_q;
+        p_and_ds(m + 1, st_q, st_do);
+      } else {
+        warpgroup_wait<0>();                      // dK done
+        warpgroup_fence_operand(tdKrdK);
+        pipe_q.consumer_release(st_q);
+        ++st_q;
       }
     }
   }

@@ -39,7 +39,7 @@ auto make_tma_dq_accum(const BwdParams& p) {
   const int64_t head_stride = int64_t(p.seqlen_q_rounded) * kD;
   auto g = make_tensor(make_gmem_ptr(p.dq_accum_ptr), make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch),
                        make_stride(int64_t(kD), _1{}, head_stride, head_stride * p.nheads));
-  return make_tma_atom(SM90_TMA_REDUCE_ADD{}, g, typename Traits::SmemLayoutDQ{},
+  return make_tma_atom(SM90_TMA_REDUCE_ADD{}, g, take<0, 2>(typename Traits::SmemLayoutDQ{}),
                        Shape<Int<Traits::kBlockM>, Int<kD>>{});
 }
 

@@ -12,8 +12,11 @@
 //   dK_c += dS^T Q      wgmma 64 x d x kBlockM,     RS, B (Q) MN-major
 //   dQ    = dS K        both warpgroups' dS^T through shared memory; consumer c computes the
 //                       (64 x kDQCols) part dQ_c of the (kBlockM x d) tile, K-dim all kBlockN keys
-//                       (SS: A = dS keys-contiguous, B = K MN-major), fp32 to shared memory, one
-//                       TMA reduce-add into dq_accum (params.h) per query block.
+//                       (SS: A = dS keys-contiguous, B = K MN-major), fp32 to shared memory; the
+//                       dQ writer (warp 1 of the producer warpgroup) issues one TMA reduce-add into
+//                       dq_accum (params.h) per query block.
+// dS and dQ are double-buffered (kDSStages, kDQStages): the consumers never wait for the reduce of
+// the previous block, nor meet a second time per block (bwd_mainloop.h has the hazards).
 #pragma once
 
 #include <type_traits>
@@ -33,6 +36,8 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;  // query rows per step of the loop
   static constexpr int kBlockN = kBlockN_;  // keys per CTA: 2 consumer warpgroups x 64
   static constexpr int kStages = kStages_;  // Q and dO pipelines each
+  static constexpr int kDSStages = 2;       // sdS buffers: block m + 1 writes dS while m's dQ GEMM may read
+  static constexpr int kDQStages = 2;       // sdQ buffers: block m + 1 writes dQ while m's reduce reads
   static constexpr int kNConsumerWG = 2;
   static constexpr int kWGKeys = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
@@ -73,12 +78,14 @@ struct BwdTraits {
   using SmemLayoutV = SmemLayoutK;
   using SmemLayoutKt = decltype(composition(SmemLayoutK{},
                                             make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
-  // dS (q, keys), keys contiguous: A of dQ = dS K; written through its transpose (keys, q).
-  using SmemLayoutDS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-  using SmemLayoutDSt = decltype(composition(SmemLayoutDS{},
-                                             make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Step<_2, _1>{})));
-  // dQ partial sums (q, d) fp32 for the TMA reduce-add.
-  using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // dS (q, keys, stage), keys contiguous: A of dQ = dS K; written through its transpose (keys, q, stage).
+  using SmemLayoutDS =
+      decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSStages>>{}));
+  using SmemLayoutDSt = decltype(composition(
+      SmemLayoutDS{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSStages>>{}, Step<_2, _1, _3>{})));
+  // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce).
+  using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{},
+                                              Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
@@ -99,6 +106,8 @@ struct BwdTraits {
     typename Pipeline::SharedStorage pipe_q;
     typename Pipeline::SharedStorage pipe_do;
     alignas(8) uint64_t barrier_kv;
+    uint64_t barrier_dq_full[kDQStages];   // 256 consumer arrivals: sdQ stage written
+    uint64_t barrier_dq_empty[kDQStages];  // 1 writer arrival: the reduce has read the stage
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 232448, "exceeds the 227 KB per-block shared memory of sm90");
