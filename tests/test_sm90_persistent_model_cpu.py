@@ -48,3 +48,37 @@ def test_q_load_without_q_empty_overwrites_rows_being_stored():
     with pytest.raises(model.Violation):
         for i in range(50):
             model.run([1, 1, 1, 1], i, producer_skips_q_empty=True)
+
+
+def test_last_v_stage_not_stepped_past_hangs_the_fixture_call():
+    """fwd_mainloop.h run_blocks before v5 released a tile's last V stage without ++st_v: the
+    persistent kernel carried a state one stage behind into the next tile. The model must show the
+    hang the H200 showed on the test fixture's call (one CTA, 4 tiles of 2 key blocks), finish with
+    one tile (the one-tile kernel ran fine), and see tile 0's V read in tile 1 when 1 block/tile."""
+    def outcome(tiles, i):
+        try:
+            return "done" if model.run(tiles, i, last_v_advance=False) else "deadlock"
+        except model.Violation:
+            return "violation"
+    assert {outcome([2, 2, 2, 2], i) for i in range(10)} == {"deadlock"}
+    assert all(model.run([2], i, last_v_advance=False) for i in range(5))
+    with pytest.raises(model.Violation, match=r"read \('v', 0"):
+        for i in range(20):
+            model.run([1, 1], i, last_v_advance=False)
+
+
+def test_every_consumer_release_steps_its_state():
+    """The model advances a pipeline state at every release (what the persistent kernel needs, as the
+    states cross tiles); check fwd_mainloop.h does: each `pipe_X.consumer_release(st_X);` is followed,
+    before the next statement that uses the pipeline, by `++st_X;`. The gap the model missed in v4."""
+    src = (Path(__file__).resolve().parent.parent / "csrc" / "sm90" / "fwd_mainloop.h").read_text()
+    lines = [ln.strip() for ln in src.splitlines()]
+    code = [ln for ln in lines if ln and not ln.startswith("//")]
+    releases = 0
+    for i, ln in enumerate(code):
+        for x in ("k", "v"):
+            if ln == f"pipe_{x}.consumer_release(st_{x});":
+                releases += 1
+                assert i + 1 < len(code) and code[i + 1] == f"++st_{x};", \
+                    f"fwd_mainloop.h: `{ln}` not followed by `++st_{x};` (next: `{code[i + 1]}`)"
+    assert releases == 6, f"expected 6 consumer releases in fwd_mainloop.h (K/V, overlap and not), found {releases}"

@@ -57,11 +57,14 @@ class NamedBarrier:
         return self.gen if self.arrived == 0 else self.gen + 1  # generation that releases this arrival
 
 
-def run(tiles, seed, first_turn="wg1", consumer_counts_empty=False, producer_skips_q_empty=False):
+def run(tiles, seed, first_turn="wg1", consumer_counts_empty=False, producer_skips_q_empty=False,
+        last_v_advance=True):
     """One random schedule of a CTA running `tiles` (number of key blocks per tile; 0 = no key).
     first_turn: "wg1" (fwd_persistent.h: warpgroup 1 arrives on warpgroup 0's turn once), "wg0"
     (v3's form), "none" or "both" (mutations). Returns True when every role finished, False on a
-    deadlock; raises Violation on an ordering error."""
+    deadlock; raises Violation on an ordering error. last_v_advance=False: the consumer releases a
+    tile's last V stage without advancing its V state (the hang of 2026-12-02, fwd_mainloop.h
+    run_blocks before the fix: harmless with one tile per CTA, a stale V stage from the second)."""
     rnd = random.Random(seed)
     full_k, full_v = [MBar(1) for _ in range(STAGES)], [MBar(1) for _ in range(STAGES)]
     empty_k, empty_v = [MBar(256) for _ in range(STAGES)], [MBar(256) for _ in range(STAGES)]
@@ -145,7 +148,8 @@ def run(tiles, seed, first_turn="wg1", consumer_counts_empty=False, producer_ski
             yield from wait(full_v[st_v[0]], st_v[1])
             expect(smem_v, st_v[0], ("v", t, 0))
             empty_v[st_v[0]].arrive(32)
-            advance(st_v)
+            if last_v_advance:
+                advance(st_v)
             expect(smem_q, c, ("q", t, loaded))  # the O rows are still this tile's until the store
             yield from sync(epi[c])
             if w == 0:  # thread 0: TMA store, tma_store_wait, then q_empty

@@ -175,6 +175,11 @@ struct FwdMainloop {
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     pipe_v.consumer_release(st_v);
+    // The persistent kernel carries st_v into the next tile: every released stage must be stepped
+    // past (without this the state lagged one stage per tile and the second tile of a CTA waited
+    // for a V phase the producer could only fill after that tile's own epilogue: the hang of
+    // 2026-12-02, benchmarks/NOTES.md issue 11 v5). Dead code for the one-tile kernel.
+    ++st_v;
   }
 };
 
