@@ -165,6 +165,31 @@ void check_fwd_smem(const at::Tensor& q, const flash::FwdParams& p, flash::FwdFa
               num(int64_t(flash::fwd_smallest_shared_memory_bytes(p.headdim_rounded) / 1024)), " KB)");
 }
 
+// FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS, read on every forward call (benchmarks and tests switch it
+// between calls): unset, empty or "0" -> 0, the sm90 forward's one CTA per tile; "sms" -> -1, the
+// persistent kernel with one CTA per SM; a positive integer N -> at most N CTAs of it (tests run
+// several tiles per CTA on small shapes). Only in a build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1
+// (build_config.py); elsewhere, and for anything else, one clear error. Calls that the sm80
+// family serves ignore it.
+int sm90_persistent_ctas_from_env() {
+  const char* raw = std::getenv("FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS");
+  std::string value = raw == nullptr ? "" : raw;
+  const size_t begin = value.find_first_not_of(" \t"), end = value.find_last_not_of(" \t");
+  value = begin == std::string::npos ? "" : value.substr(begin, end - begin + 1);
+  if (value.empty() || value == "0") { return 0; }
+#ifndef FLASH_ATTN_CUDA_SM90_PERSISTENT
+  TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS is set ('", raw, "') but this build has "
+              "no persistent sm90 forward (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1)");
+#endif
+  if (value == "sms") { return -1; }
+  bool digits = value.size() <= 6;
+  for (char c : value) { digits = digits && std::isdigit(static_cast<unsigned char>(c)); }
+  const int ctas = digits ? std::atoi(value.c_str()) : 0;
+  TORCH_CHECK(ctas > 0, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS must be 'sms', a positive number of "
+              "CTAs, or 0 / unset, got '", raw, "'");
+  return ctas;
+}
+
 // FLASH_ATTN_CUDA_FAMILY, read on every forward call (tests and benchmarks switch it between calls):
 // unset, empty or "auto" -> kAuto; "sm80" / "sm90" force a family (sm90 falls back to sm80 on calls it
 // cannot serve). Anything else is one clear error.
@@ -417,6 +442,7 @@ void set_backward_rng(flash::FwdParams& p, const std::optional<at::Tensor>& rng_
 void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily family, const char* what) {
   p.family = family;
   p.smem_budget_kb = smem_budget_from_env();
+  p.sm90_persistent_ctas = sm90_persistent_ctas_from_env();
   const flash::FwdFamily will_run = flash::fwd_family(p);
   check_fwd_smem(q, p, will_run);
   flash::FwdFamily ran = flash::FwdFamily::kSm80;

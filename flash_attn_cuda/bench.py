@@ -48,14 +48,19 @@ import torch
 import torch.nn.functional as F
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
-         "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99")
+         "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99",
+         "flash_attn_cuda_sm90_persistent")
 # flash_attn_cuda_sm80 / _sm90: ours with the family forced (FLASH_ATTN_CUDA_FAMILY around each forward and
 # backward call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
 # flash_attn_cuda_smem163 / _smem99: ours under FLASH_ATTN_CUDA_SMEM_BUDGET=163 / 99 around every timed
 # call (forward and backward): the tiles A100 / sm86-sm89 run, timed on this GPU as a stand-in.
+# flash_attn_cuda_sm90_persistent: the sm90 family with its persistent forward kernel (one CTA per SM,
+# FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS=sms around each call; needs a build with
+# FLASH_ATTN_CUDA_SM90_PERSISTENT=1, else the forward raises).
 # Asked for by name (--impls); the default list leaves them out.
 SMEM_IMPLS = {"flash_attn_cuda_smem163": "163", "flash_attn_cuda_smem99": "99"}  # impl -> budget (KB)
-DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS)
+PERSISTENT_IMPLS = {"flash_attn_cuda_sm90_persistent": "sms"}  # impl -> FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS
+DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS)
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPE_COLUMNS = ["impl", "dtype", "hdim", "seqlen", "causal", "batch", "nheads"]
@@ -143,6 +148,9 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     if impl == "flash_attn_cuda":
         from flash_attn_cuda import attention
         return lambda q, k, v: attention(q, k, v, DROPOUT_P, causal=causal)
+    if impl in PERSISTENT_IMPLS:
+        return with_env("FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS", PERSISTENT_IMPLS[impl],
+                        forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal)))
     if impl in FAMILY_IMPLS:
         return forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal))
     if impl in SMEM_IMPLS:  # the budget wraps every timed call (make_fwd / make_bwd): the backward too
@@ -150,7 +158,8 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     return sdpa_fn(impl, causal)
 
 
-FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90"}  # impl -> forced FLASH_ATTN_CUDA_FAMILY
+FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90",  # impl -> forced FLASH_ATTN_CUDA_FAMILY
+                "flash_attn_cuda_sm90_persistent": "sm90"}
 
 
 def is_ours(impl: str) -> bool:

@@ -42,6 +42,11 @@ def test_compile_defines_follow_the_flags():
                                          no_gpu)) == ["-DFLASH_ATTN_CUDA_NO_FEATURES"]
     assert defines(build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": "90;90a"})) == [
         "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]
+    assert defines(build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": "90;90a", "FLASH_ATTN_CUDA_SM90_PERSISTENT": "1"})) == [
+        "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES", "-DFLASH_ATTN_CUDA_SM90_PERSISTENT"]
+    assert build_config.from_env({}, no_gpu).sm90_persistent is False  # off until measured
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_SM90_PERSISTENT"):
+        build_config.from_env({"FLASH_ATTN_CUDA_SM90_PERSISTENT": "sms"}, no_gpu)
 
 
 @pytest.mark.parametrize("archs,value,expected", [

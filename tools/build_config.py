@@ -13,6 +13,10 @@ setup.py before anything is built, and by the CPU tests).
                                            tables: A100, sm86/sm89): auto builds them when an arch below
                                            9.0 is listed (a 9.0-only build never launches them), 1 always
                                            (the H200 runs them under FLASH_ATTN_CUDA_SMEM_BUDGET), 0 never
+    FLASH_ATTN_CUDA_SM90_PERSISTENT "0"     1: also the persistent sm90 forward (csrc/sm90/fwd_persistent.h:
+                                           one CTA per SM looping over tiles, twice the kernels in the
+                                           sm90 forward units), chosen per call by the runtime knob
+                                           FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS; 0: not built (the knob raises)
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job; MAX_JOBS unset:
                                            one per core, at most one per MEM_PER_JOB_GIB of available
                                            memory (max_jobs)
@@ -64,6 +68,7 @@ class BuildConfig:
     kvcache: bool = True
     sm90a: bool = False  # 90a listed: the sm90 forward family is built
     smem_tiles: bool = True  # the 163 / 99 KB tile rows are built (parse_smem_tiles)
+    sm90_persistent: bool = False  # the persistent sm90 forward kernel is built (not measured yet: off)
 
 
 def _split(value: str) -> list[str]:
@@ -203,6 +208,8 @@ def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int
         features=parse_bool("FLASH_ATTN_CUDA_FEATURES", env.get("FLASH_ATTN_CUDA_FEATURES"), True),
         kvcache=parse_bool("FLASH_ATTN_CUDA_KVCACHE", env.get("FLASH_ATTN_CUDA_KVCACHE"), True),
         smem_tiles=parse_smem_tiles(env.get("FLASH_ATTN_CUDA_SMEM_TILES"), archs),
+        sm90_persistent=parse_bool("FLASH_ATTN_CUDA_SM90_PERSISTENT", env.get("FLASH_ATTN_CUDA_SM90_PERSISTENT"),
+                                   False),
     )
 
 
@@ -226,7 +233,8 @@ def compile_defines(cfg: BuildConfig) -> list[str]:
     """-D flags every source (C++ and CUDA, extension and C++ benchmarks) is compiled with."""
     return ((["-DFLASH_ATTN_CUDA_BACKWARD"] if cfg.backward else []) +
             ([] if cfg.features else ["-DFLASH_ATTN_CUDA_NO_FEATURES"]) +
-            ([] if cfg.smem_tiles else ["-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]))
+            ([] if cfg.smem_tiles else ["-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]) +
+            (["-DFLASH_ATTN_CUDA_SM90_PERSISTENT"] if cfg.sm90_persistent else []))
 
 
 def nvcc_gencode_flags(archs: tuple[int, ...]) -> list[str]:

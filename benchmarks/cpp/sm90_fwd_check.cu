@@ -6,6 +6,13 @@
 //                        the launchers weak: a part that did not build is skipped)
 //   -DSM90_CHECK_PART=1..12  launchers: sm80 (csrc/fwd_launch.h) and sm90 (csrc/sm90/fwd_launch.h)
 //                        per dtype and head dim, and sm90 tuning variants (see the #if chain below)
+//   -DSM90_CHECK_PART=13..15 the persistent sm90 forward (csrc/sm90/fwd_persistent.h) of the tile
+//                        table's bf16 tiles, d = 128 / 64 / 256: "persistent" (one CTA per SM) and
+//                        "persistent x3" (3 CTAs: every check shape runs many tiles per CTA, empty
+//                        causal tiles among them); both must equal the one-tile kernel bit for bit
+//   -DSM90_CHECK_PART=16 d = 128 "persistent wd x3": the same with FLASH_ATTN_SM90_WATCHDOG
+//                        (csrc/sm90/watchdog.h: a stuck mbarrier wait prints where and traps), run
+//                        first so that a protocol deadlock reports its place instead of hanging
 // Build (all with -gencode arch=compute_90a,code=sm_90a -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 // -DFLASH_ATTN_CUDA_NO_FEATURES -O3 -std=c++20 --use_fast_math --expt-relaxed-constexpr
 // -Icsrc -I$CUTLASS/include): see scripts/sm90_check.sh.
@@ -41,6 +48,19 @@ using LaunchFn = cudaError_t (*)(const flash::FwdParams&, cudaStream_t);
   cudaError_t check_sm80_##TN##_##D(const flash::FwdParams& p, cudaStream_t s) { return flash::run_fwd_<T, D>(p, s); }
 #define SM90_LAUNCHER(T, TN, D) \
   cudaError_t check_sm90_##TN##_##D(const flash::FwdParams& p, cudaStream_t s) { return flash::sm90::run_fwd_<T, D>(p, s); }
+// The persistent kernel of the tile table's tile, CTAS CTAs (-1: one per SM). Only launch_fwd_persistent
+// is instantiated here (with FLASH_ATTN_CUDA_SM90_PERSISTENT), never run_fwd_ / launch_fwd, whose
+// bodies differ with the macro: no two definitions of one symbol across the parts.
+#define SM90_PERSISTENT(T, TN, D, SUFFIX, CTAS) SM90_PERSISTENT_OF(TN, D, SUFFIX, CTAS, flash::sm90::FwdTraitsFor<T, D>)
+#define SM90_PERSISTENT_OF(TN, D, SUFFIX, CTAS, ...) /* ...: the traits type (may hold commas) */     \
+  cudaError_t check_sm90_##TN##_##D##_##SUFFIX(const flash::FwdParams& p, cudaStream_t s) {         \
+    using Traits = __VA_ARGS__;                                                                      \
+    flash::FwdParams q = p;                                                                          \
+    q.sm90_persistent_ctas = CTAS;                                                                   \
+    const auto kp = flash::sm90::FwdTma<Traits>::make_params(q);                                     \
+    return q.window_left < 0 && q.window_right == 0 ? flash::sm90::launch_fwd_persistent<Traits, true, false>(kp, s) \
+                                                    : flash::sm90::launch_fwd_persistent<Traits, false, false>(kp, s); \
+  }
 #define SM90_TILE(NAME, D, N, STAGES, OVERLAP)                                  \
   cudaError_t check_sm90_bf16_##NAME(const flash::FwdParams& p, cudaStream_t s) { \
     return flash::sm90::launch_fwd<flash::sm90::FwdTraits<D, N, STAGES, cutlass::bfloat16_t, OVERLAP>>(p, s); \
@@ -87,6 +107,26 @@ SM90_TILE(64_n192, 64, 192, 2, true)
 #elif SM90_CHECK_PART == 12
 #include "sm90/fwd_launch.h"
 SM90_TILE(256_n64, 256, 64, 2, true)
+#elif SM90_CHECK_PART >= 13 && SM90_CHECK_PART <= 15
+#define FLASH_ATTN_CUDA_SM90_PERSISTENT
+#include "sm90/fwd_launch.h"
+#if SM90_CHECK_PART == 13
+SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 128, persistent, -1)
+SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 128, persistent3, 3)
+#elif SM90_CHECK_PART == 14
+SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 64, persistent, -1)
+SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 64, persistent3, 3)
+#else
+SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 256, persistent, -1)
+SM90_PERSISTENT(cutlass::bfloat16_t, bf16, 256, persistent3, 3)
+#endif
+#elif SM90_CHECK_PART == 16
+#define FLASH_ATTN_CUDA_SM90_PERSISTENT
+#define FLASH_ATTN_SM90_WATCHDOG
+#include "sm90/fwd_launch.h"
+// A type of its own: the watchdog kernel must not share a symbol with part 13's (same tile).
+struct WatchdogTraits128 : flash::sm90::FwdTraitsFor<cutlass::bfloat16_t, 128> {};
+SM90_PERSISTENT_OF(bf16, 128, persistent_wd3, 3, WatchdogTraits128)
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -98,6 +138,9 @@ SM90_TILE(256_n64, 256, 64, 2, true)
 DECL(sm80_bf16_64) DECL(sm80_bf16_128) DECL(sm80_bf16_256) DECL(sm80_fp16_64) DECL(sm80_fp16_128) DECL(sm80_fp16_256)
 DECL(sm90_bf16_64) DECL(sm90_bf16_128) DECL(sm90_bf16_256) DECL(sm90_fp16_64) DECL(sm90_fp16_128) DECL(sm90_fp16_256)
 DECL(sm90_bf16_128_n128_plain) DECL(sm90_bf16_128_n176) DECL(sm90_bf16_64_n192) DECL(sm90_bf16_256_n64)
+DECL(sm90_bf16_128_persistent) DECL(sm90_bf16_128_persistent3) DECL(sm90_bf16_64_persistent)
+DECL(sm90_bf16_64_persistent3) DECL(sm90_bf16_256_persistent) DECL(sm90_bf16_256_persistent3)
+DECL(sm90_bf16_128_persistent_wd3)
 
 namespace {
 
@@ -117,18 +160,27 @@ __device__ inline void fromf(float x, fp16& y) { y = __float2half(x); }
     }                                                                                           \
   } while (0)
 
-struct Variant { const char* name; LaunchFn fn; };
+// exact: O and LSE must equal the first variant's (the one-tile kernel) bit for bit (the persistent
+// kernel runs the same arithmetic per tile); timed: in bench(); small: also under --small (sanitizers).
+struct Variant { const char* name; LaunchFn fn; bool exact = false, timed = true, small = false; };
 // One (dtype, head dim): the sm80 kernel and the sm90 variants, the first being run_fwd_'s tile.
 struct Family { bool fp16; int d; LaunchFn sm80; std::vector<Variant> sm90; };
 std::vector<Family> families() {
   return {
       {false, 128, check_sm80_bf16_128,
        {{"sm90 tile", check_sm90_bf16_128}, {"128x128 no-overlap", check_sm90_bf16_128_n128_plain},
-        {"128x176", check_sm90_bf16_128_n176}}},
+        {"128x176", check_sm90_bf16_128_n176},
+        {"persistent wd x3", check_sm90_bf16_128_persistent_wd3, true, false},  // not under the sanitizers: slowed, a wait could pass the watchdog budget
+        {"persistent", check_sm90_bf16_128_persistent, true},
+        {"persistent x3", check_sm90_bf16_128_persistent3, true, false, true}}},
       {true, 128, check_sm80_fp16_128, {{"sm90 tile", check_sm90_fp16_128}}},
-      {false, 64, check_sm80_bf16_64, {{"sm90 tile", check_sm90_bf16_64}, {"128x192", check_sm90_bf16_64_n192}}},
+      {false, 64, check_sm80_bf16_64, {{"sm90 tile", check_sm90_bf16_64}, {"128x192", check_sm90_bf16_64_n192},
+        {"persistent", check_sm90_bf16_64_persistent, true},
+        {"persistent x3", check_sm90_bf16_64_persistent3, true, false, true}}},
       {true, 64, check_sm80_fp16_64, {{"sm90 tile", check_sm90_fp16_64}}},
-      {false, 256, check_sm80_bf16_256, {{"sm90 tile", check_sm90_bf16_256}, {"128x64", check_sm90_bf16_256_n64}}},
+      {false, 256, check_sm80_bf16_256, {{"sm90 tile", check_sm90_bf16_256}, {"128x64", check_sm90_bf16_256_n64},
+        {"persistent", check_sm90_bf16_256_persistent, true},
+        {"persistent x3", check_sm90_bf16_256_persistent3, true, false, true}}},
       {true, 256, check_sm80_fp16_256, {{"sm90 tile", check_sm90_fp16_256}}},
   };
 }
@@ -204,6 +256,15 @@ Err compare(const flash::FwdParams& p, const std::vector<float>& o_ref, const st
   return e;
 }
 
+// The bytes of O and LSE after a run: the persistent kernel's must equal the one-tile kernel's.
+std::vector<char> snapshot(const flash::FwdParams& p) {
+  const size_t no = size_t(p.batch) * p.seqlen_q * p.nheads * p.headdim * 2, nl = size_t(p.batch) * p.nheads * p.seqlen_q * 4;
+  std::vector<char> bytes(no + nl);
+  CK(cudaMemcpy(bytes.data(), p.o_ptr, no, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(bytes.data() + no, p.lse_ptr, nl, cudaMemcpyDeviceToHost));
+  return bytes;
+}
+
 struct Buffers { void *q, *k, *v, *o; float* lse; };
 
 // Dense q/o (b, sq, h, d); k/v (b, sk, hk, d) with `pad` extra elements after every head row.
@@ -271,13 +332,19 @@ int check(bool small, const Family& fam) {
     const Err e80 = compare<T>(p, o_ref, lse_ref);
     std::printf("%s d=%d sq=%4d sk=%4d causal=%d pad=%d | sm80 O %.2e LSE %.2e%s", std::is_same_v<T, fp16> ? "fp16" : "bf16", d, sq, sk, causal, pad, e80.o, e80.lse,
                 e80.nan ? " NaN" : "");
+    std::vector<char> tile_bytes;  // the one-tile kernel's (first variant's) O and LSE
     for (const Variant& v : fam.sm90) {
-      if (v.fn == nullptr || (small && &v != &fam.sm90[0])) continue;  // --small: the tile only
+      if (v.fn == nullptr || (small && &v != &fam.sm90[0] && !v.small)) continue;  // --small: tile + persistent x3
+      std::fflush(stdout);  // a hang shows the variant it is in
       run_checked(v.fn, p);
       const Err e = compare<T>(p, o_ref, lse_ref);
-      const bool ok = !e.nan && e.o <= 2 * e80.o + 1e-3 && e.lse <= 2 * e80.lse + 1e-3;
+      bool ok = !e.nan && e.o <= 2 * e80.o + 1e-3 && e.lse <= 2 * e80.lse + 1e-3;
+      if (&v == &fam.sm90[0]) tile_bytes = snapshot(p);
+      const bool differs = v.exact && snapshot(p) != tile_bytes;
+      ok = ok && !differs;
       failures += !ok;
-      std::printf(" | %s O %.2e LSE %.2e %s", v.name, e.o, e.lse, ok ? "ok" : (e.nan ? "NaN FAIL" : "FAIL"));
+      std::printf(" | %s O %.2e LSE %.2e%s %s", v.name, e.o, e.lse, v.exact ? (differs ? " !=tile" : " ==tile") : "",
+                  ok ? "ok" : (e.nan ? "NaN FAIL" : "FAIL"));
     }
     std::printf("\n");
     cudaFree(o_ref_d); cudaFree(lse_ref_d);
@@ -319,6 +386,8 @@ int check_supports() {
   return bad;
 }
 
+int exact_failures = 0;  // bench(): persistent variants that differ from the tile at a timed shape
+
 double time_ms(LaunchFn fn, const flash::FwdParams& p, int reps = 20) {
   cudaEvent_t a, z;
   CK(cudaEventCreate(&a)); CK(cudaEventCreate(&z));
@@ -343,8 +412,24 @@ void bench(const Family& fam) {
     flash::FwdParams p = make_params(buf, b, s, s, h, h, d, causal, 0);
     if (fam.fp16) p.dtype = flash::DType::kFloat16;
     const double flops = 4.0 * b * double(s) * s * h * d / (causal ? 2 : 1);
+    // The persistent variants at the timed shape (several tiles per CTA): bit for bit the tile's output.
+    std::vector<char> tile_bytes;
+    for (const Variant& v : fam.sm90) {
+      if (!v.fn || !v.exact) continue;
+      if (tile_bytes.empty()) { run_checked(fam.sm90[0].fn, p); tile_bytes = snapshot(p); }
+      std::printf("  [%s at seqlen %d causal %d ...", v.name, s, causal);
+      std::fflush(stdout);
+      run_checked(v.fn, p);
+      const bool same = snapshot(p) == tile_bytes;
+      exact_failures += !same;
+      std::printf(" %s]\n", same ? "== tile" : "DIFFERS from the tile: FAIL");
+    }
     std::printf("seqlen %5d causal %d | sm80 %6.1f", s, causal, flops / time_ms(fam.sm80, p) / 1e9);
-    for (const Variant& v : fam.sm90) if (v.fn) std::printf(" | %s %6.1f", v.name, flops / time_ms(v.fn, p) / 1e9);
+    for (const Variant& v : fam.sm90) {
+      if (!v.fn || !v.timed) continue;
+      std::fflush(stdout);
+      std::printf(" | %s %6.1f", v.name, flops / time_ms(v.fn, p) / 1e9);
+    }
     std::printf("\n");
     release(buf);
   }
@@ -368,6 +453,7 @@ int main(int argc, char** argv) {
   if (!check_only)
     for (const Family& fam : families())
       if (fam.sm80 && !fam.sm90.empty() && fam.sm90[0].fn && (!fam.fp16 || fam.d == 128)) bench(fam);
-  return failures ? 1 : 0;
+  if (!check_only) std::printf("persistent == tile at the timed shapes: %d failure(s)\n", exact_failures);
+  return failures + exact_failures ? 1 : 0;
 }
 #endif

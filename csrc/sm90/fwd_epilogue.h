@@ -39,9 +39,18 @@ struct FwdEpilogue {
 
     typename Traits::MmaPV mma_pv;
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    Tensor tOsO = thr_pv.partition_C(sO);  // same shape as tOrO
+    // O to Element in registers, then stmatrix (8 x 8 blocks of 16-bit values, 16-byte rows: the
+    // 128-byte swizzle keeps them whole) through the position-independent view (the swizzle on the
+    // offset), so the stores stay shared-space: the element-wise stores through the swizzled
+    // pointer compiled to generic ST.E.U16 (d = 128: 64 per thread) with 64-bit address arithmetic.
+    Tensor rO = make_tensor<Element>(tOrO.layout());  // ((2,2,d/8),1,1)
     CUTE_UNROLL
-    for (int i = 0; i < size(tOrO); ++i) { tOsO(i) = Element(tOrO(i)); }
+    for (int i = 0; i < size(tOrO); ++i) { rO(i) = Element(tOrO(i)); }
+    auto r2s_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+    auto r2s_thr_o = r2s_o.get_thread_slice(tid);
+    Tensor tOrO_r2s = r2s_thr_o.retile_S(rO);                                       // ((8,1),1,d/16)
+    Tensor tOsO = r2s_thr_o.partition_D(as_position_independent_swizzle_tensor(sO));  // same, in sO
+    copy(r2s_o, tOrO_r2s, tOsO);
 
     // The TMA (async proxy) reads what st.shared wrote: fence in every writing thread, then
     // the warpgroup barrier.
@@ -66,6 +75,23 @@ struct FwdEpilogue {
       }
     }
     if (tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the store read it
+  }
+
+  // Persistent kernel (fwd_persistent.h): a tile whose rows see no key (causal, seqlen_q >
+  // seqlen_k) gets O = 0 and LSE = -inf for this warpgroup's rows [row0, row0 + 64) < seqlen_q,
+  // by plain 16-byte stores (no shared memory: the producer may already load the next tile's Q
+  // into this warpgroup's rows). o_head: O of the tile's (batch, head), row stride o_row_stride.
+  CUTE_DEVICE static void run_empty(Element* o_head, int64_t o_row_stride, float* lse_head, int row0, int seqlen_q,
+                                    int tid) {
+    constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
+    static_assert(Traits::kHeadDim % 8 == 0, "rows of whole 16-byte chunks");
+    for (int i = tid; i < Traits::kWGRows * kChunks; i += 128) {
+      const int row = row0 + i / kChunks;
+      if (row < seqlen_q) {
+        *reinterpret_cast<uint4*>(o_head + int64_t(row) * o_row_stride + (i % kChunks) * 8) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (tid < Traits::kWGRows && row0 + tid < seqlen_q) { lse_head[row0 + tid] = -INFINITY; }
   }
 };
 

@@ -1,5 +1,7 @@
 // Launch of the sm90 forward (definitions of run_fwd_ for the instantiation TUs, which are
 // compiled for sm_90a alone): TMA descriptors from FwdParams, grid, shared-memory opt-in, launch.
+// One CTA per tile (fwd_kernel.h) unless FwdParams::sm90_persistent_ctas asks for the persistent
+// kernel (fwd_persistent.h), which only builds with FLASH_ATTN_CUDA_SM90_PERSISTENT defined.
 // Causal is chosen at run time here; both kernels live in the one translation unit. Dropout is a
 // template argument: its variant (kDropout, with the tile table's kBlockNDropout) has units of its own.
 #pragma once
@@ -11,11 +13,38 @@
 #include "fwd_kernel.h"
 #include "fwd_tile_table.h"
 #include "fwd_tma.h"
+#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
+#include "../device_attribute.h"
+#include "fwd_persistent.h"
+#include "fwd_scheduler.h"
+#endif
 
 namespace flash::sm90 {
 
+#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
+// The persistent kernel: persistent_grid() CTAs (FwdParams::sm90_persistent_ctas) loop over the tiles.
+template <class Traits, bool kCausal, bool kDropout>
+cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
+  auto kernel = &fwd_kernel_persistent<Traits, kCausal, kDropout>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) { return err; }
+  const int sms = current_device_attribute<cudaDevAttrMultiProcessorCount>();
+  if (sms <= 0) { return cudaErrorInvalidDevice; }
+  const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal>(kp.p).num_tiles;
+  const int grid = persistent_grid(num_tiles, kp.p.sm90_persistent_ctas, sms);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
+  return cudaGetLastError();
+}
+#endif
+
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
+#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
+  if (kp.p.sm90_persistent_ctas != 0) { return launch_fwd_persistent<Traits, kCausal, kDropout>(kp, stream); }
+#else
+  if (kp.p.sm90_persistent_ctas != 0) { return cudaErrorNotSupported; }  // not built: never the wrong kernel
+#endif
   auto kernel = &fwd_kernel<Traits, kCausal, kDropout>;
   constexpr int kSmem = Traits::kSmemBytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

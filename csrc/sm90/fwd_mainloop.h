@@ -21,6 +21,7 @@
 #include "fwd_layouts.h"
 #include "fwd_mask.h"
 #include "fwd_softmax.h"
+#include "watchdog.h"
 #include "wg_gemm.h"
 
 namespace flash::sm90 {
@@ -41,6 +42,8 @@ struct FwdMainloop {
   static constexpr int kRows = 2;  // rows of S per thread (64-row wgmma accumulator)
   static_assert(!kDropout || dropout_tile(kBlockN), "dropout needs key blocks of whole 64-column Philox chunks");
 
+  // One tile per CTA (fwd_kernel.h): pipeline states from the start, warpgroup 0 takes the first
+  // GEMM turn here.
   // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the CTA; rng: this
   // (batch, head)'s dropout generator (read with kDropout only).
   // On return tOrO holds the unnormalised O (of the dropped P) and softmax the row statistics.
@@ -48,6 +51,20 @@ struct FwdMainloop {
   CUTE_DEVICE static void run(SQ const& sQ, SK const& sK, SVt const& sVt, Pipeline& pipe_k, Pipeline& pipe_v,
                               TensorO& tOrO, OnlineSoftmax<kRows>& softmax, const DropoutRng& rng, int cwg,
                               int tid, int m0, int n_min, int n_max, int seqlen_q, int seqlen_k) {
+    PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
+    run_blocks<true>(sQ, sK, sVt, pipe_k, pipe_v, st_k, st_v, tOrO, softmax, rng, cwg, tid, m0, n_min, n_max,
+                     seqlen_q, seqlen_k);
+  }
+
+  // The blocks of one tile. st_k, st_v: the consumer pipeline states, carried from tile to tile by
+  // the persistent kernel (fwd_persistent.h). kArriveFirstTurn: warpgroup 0 gives itself the first
+  // GEMM turn here (one tile per CTA); the persistent kernel does it once before its tile loop
+  // instead, and each tile then starts on the turn warpgroup 1 passed at the end of the last one.
+  template <bool kArriveFirstTurn, class SQ, class SK, class SVt, class TensorO>
+  CUTE_DEVICE static void run_blocks(SQ const& sQ, SK const& sK, SVt const& sVt, Pipeline& pipe_k,
+                                     Pipeline& pipe_v, PipelineState& st_k, PipelineState& st_v, TensorO& tOrO,
+                                     OnlineSoftmax<kRows>& softmax, const DropoutRng& rng, int cwg, int tid,
+                                     int m0, int n_min, int n_max, int seqlen_q, int seqlen_k) {
     typename Traits::MmaQK mma_qk;
     typename Traits::MmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
@@ -67,7 +84,6 @@ struct FwdMainloop {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     const int row0 = m0 + Traits::kWGRows * cwg;
 
-    PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
     float corr[kRows];
 
     auto mask = [&](int n) {
@@ -88,7 +104,7 @@ struct FwdMainloop {
 
     if constexpr (!Traits::kOverlap) {
       for (int n = n_max - 1; n >= n_min; --n) {
-        pipe_k.consumer_wait(st_k);
+        pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
         wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
@@ -99,7 +115,7 @@ struct FwdMainloop {
         drop(n);
         scale_rows(o, corr);
         to_p();
-        pipe_v.consumer_wait(st_v);
+        pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n);
         wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
@@ -113,10 +129,12 @@ struct FwdMainloop {
     const uint32_t other_turn = cwg == 0 ? uint32_t(FwdBarrier::kTurnWG1) : uint32_t(FwdBarrier::kTurnWG0);
     auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
     auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, other_turn); };
-    if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
+    if constexpr (kArriveFirstTurn) {
+      if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
+    }
 
     // First (last-indexed) block: S, softmax, P; O is still zero.
-    pipe_k.consumer_wait(st_k);
+    pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n_max - 1);
     wait_turn();
     wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
     pass_turn();
@@ -130,10 +148,10 @@ struct FwdMainloop {
     to_p();
 
     for (int n = n_max - 2; n >= n_min; --n) {
-      pipe_k.consumer_wait(st_k);
+      pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
       wait_turn();
       wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
-      pipe_v.consumer_wait(st_v);
+      pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
       wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
       pass_turn();
       warpgroup_wait<1>();  // S_n done, PV of the block before still running
@@ -152,11 +170,16 @@ struct FwdMainloop {
       to_p();
     }
 
-    pipe_v.consumer_wait(st_v);
+    pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n_min);
     wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     pipe_v.consumer_release(st_v);
+    // The persistent kernel carries st_v into the next tile: every released stage must be stepped
+    // past (without this the state lagged one stage per tile and the second tile of a CTA waited
+    // for a V phase the producer could only fill after that tile's own epilogue: the hang of
+    // 2026-12-02, benchmarks/NOTES.md issue 11 v5). Dead code for the one-tile kernel.
+    ++st_v;
   }
 };
 

@@ -57,6 +57,7 @@ struct FwdTraits {
   using PipelineState = typename cutlass::PipelineState<kStages>;
 
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kTmaBytesQWG = kWGRows * kHeadDim * sizeof(Element);  // one warpgroup's Q rows
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
   struct SharedStorage {
@@ -68,6 +69,12 @@ struct FwdTraits {
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     alignas(8) uint64_t barrier_q;
+    // Persistent kernel only (fwd_persistent.h), per consumer warpgroup: its Q rows of the tile
+    // landed (TMA transaction barrier) / its O store has read those rows out, so the next tile's
+    // Q may come (arrived by the warpgroup's thread 0). After barrier_q: the one-tile kernel's
+    // shared-memory offsets are unchanged.
+    alignas(8) uint64_t q_full[kNConsumerWG];
+    alignas(8) uint64_t q_empty[kNConsumerWG];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 232448, "exceeds the 227 KB per-block shared memory of sm90");

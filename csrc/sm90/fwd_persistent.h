@@ -1,0 +1,183 @@
+// The persistent sm90 forward (issue 11): fwd_kernel.h's CTA of 384 threads (producer warpgroup,
+// two consumer warpgroups of 64 rows) looping over the tiles fwd_scheduler.h gives it, grid =
+// persistent_grid(): the next tile's first K block and Q load under the previous tile's epilogue,
+// one prologue (barrier init, setmaxnreg) per CTA instead of per tile.
+//   producer (thread 0): per non-empty tile, K of the first block, then Q of warpgroup c once
+//     q_empty[c] says c's previous O store has read its rows, then V of the first block and the
+//     remaining K/V blocks, through the same two PipelineTmaAsync pipelines as fwd_kernel.h;
+//   consumers: wait q_full[c], FwdMainloop::run_blocks, FwdEpilogue::run (O through the Q rows and
+//     a TMA store), then thread 0 arrives on q_empty[c] after its tma_store_wait.
+// State that crosses tiles (benchmarks/NOTES.md, "Hopper forward (issue 11)", v4, has the audit):
+//   - K/V pipeline states: one producer state, one consumer state per warpgroup, never reset. Per
+//     non-empty tile every role sees the same kv_block_range, so the producer issues exactly the
+//     K and V blocks both warpgroups wait for and release; a tile with no key issues, waits and
+//     releases nothing (its rows get O = 0, LSE = -inf by plain stores: run_empty).
+//   - Q: the j-th non-empty tile of the CTA waits parity j & 1 of q_full[c] (consumers) and, for
+//     j >= 1, phase j - 1 of q_empty[c] (producer); neither side can get two phases ahead.
+//   - GEMM turns (kOverlap): warpgroup 1 passes warpgroup 0 its first turn once, before the loop
+//     (not warpgroup 0 itself: no warp arrives twice in one barrier generation). Both warpgroups
+//     run the same blocks of the same tiles, each block one wait on the own turn and one pass, so
+//     the pass warpgroup 1 makes in a tile's last block is warpgroup 0's first turn of the next.
+//   - __syncwarp() at the top of each consumer tile: thread 0's q_empty / TMA-store branch of the
+//     last tile must not leave warp 0 diverged at the next tile's aligned bar.sync and wgmma.
+// Only built with FLASH_ATTN_CUDA_SM90_PERSISTENT (fwd_launch.h); the default launch is fwd_kernel.h.
+// Every mbarrier wait goes through watchdog.h (a trap with the wait's site in FLASH_ATTN_SM90_WATCHDOG
+// debug builds; the plain wait otherwise).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "../dropout.h"
+#include "../params.h"
+#include "fwd_epilogue.h"
+#include "fwd_kernel.h"
+#include "fwd_mainloop.h"
+#include "fwd_scheduler.h"
+#include "fwd_softmax.h"
+#include "fwd_tma.h"
+#include "watchdog.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+template <class Traits, bool kCausal, bool kDropout>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    fwd_kernel_persistent(CUTE_GRID_CONSTANT typename FwdTma<Traits>::Params const kp) {
+  using Element = typename Traits::Element;
+  using Storage = typename Traits::SharedStorage;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  using QFull = cutlass::arch::ClusterTransactionBarrier;
+  using QEmpty = cutlass::arch::ClusterBarrier;
+  constexpr int kD = Traits::kHeadDim;
+  constexpr int kWGRows = Traits::kWGRows;
+  constexpr int kNWG = Traits::kNConsumerWG;
+  static_assert(kNWG == 2, "the GEMM-turn hand-over below is written for two consumer warpgroups");
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
+  const FwdParams& p = kp.p;
+  if constexpr (kDropout) { write_rng_state(p); }  // thread 0 of block (0, 0, 0), before any return
+  const FwdScheduler<Traits::kBlockM, kCausal> sched(p);
+  const int wg = cutlass::canonical_warp_group_idx();
+
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Traits::kTmaBytesKV;
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Traits::kNConsumerThreads;
+  Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
+  Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
+  if (threadIdx.x == 0) {
+    CUTE_UNROLL
+    for (int c = 0; c < kNWG; ++c) {
+      QFull::init(&ss.q_full[c], 1);
+      QEmpty::init(&ss.q_empty[c], 1);
+    }
+  }
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  // (rows, d) global tiles as TMA coordinates, (rows, d[, stage]) shared tiles.
+  Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kD>{}, p.nheads, p.batch));
+  Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, Int<kD>{}, p.nheads_k, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, Int<kD>{}, p.nheads_k, p.batch));
+  Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, Int<kD>{}, p.nheads, p.batch));
+  using WGTile = Shape<Int<kWGRows>, Int<kD>>;
+  using KVTile = Shape<Int<Traits::kBlockN>, Int<kD>>;
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});  // (N, d, stages)
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{});
+  Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});  // (d, N, stages)
+  constexpr int kQWGElems = cosize_v<typename Traits::SmemLayoutQWG>;
+  auto sQ_wg = [&](int c) {  // (64, d): consumer warpgroup c's Q rows, later its O rows
+    return make_tensor(make_smem_ptr(ss.q.data() + c * kQWGElems), typename Traits::SmemLayoutQWG{});
+  };
+
+  if (wg == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x != 0) { return; }
+    PipelineState st_k = cutlass::make_producer_start_state<Pipeline>();
+    PipelineState st_v = cutlass::make_producer_start_state<Pipeline>();
+    int loaded = 0;  // non-empty tiles whose Q this CTA has loaded
+    for (int t = blockIdx.x; t < sched.num_tiles; t += gridDim.x) {
+      int m_block, head, batch, n_min, n_max;
+      sched.decode(t, m_block, head, batch);
+      kv_block_range<Traits, kCausal>(p, m_block * Traits::kBlockM, n_min, n_max);
+      if (n_max <= n_min) { continue; }  // the consumers skip it too (run_empty)
+      const int head_k = head / (p.nheads / p.nheads_k);
+      Tensor gK = local_tile(mK(_, _, head_k, batch), KVTile{}, make_coord(_, _0{}));  // (N, d, n_blocks)
+      Tensor gV = local_tile(mV(_, _, head_k, batch), KVTile{}, make_coord(_, _0{}));
+      auto [tKgK, tKsK] = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto [tVgV, tVsV] = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      pipe_producer_acquire(pipe_k, st_k, WaitSite::kKEmpty, t, n_max - 1);
+      copy(kp.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, n_max - 1), tKsK(_, st_k.index()));
+      ++st_k;
+      CUTE_UNROLL
+      for (int c = 0; c < kNWG; ++c) {
+        if (loaded > 0) { mbar_wait(&ss.q_empty[c], uint32_t(loaded - 1) & 1u, WaitSite::kQEmpty, t, c); }
+        Tensor gQ = local_tile(mQ(_, _, head, batch), WGTile{}, make_coord(m_block * kNWG + c, _0{}));
+        Tensor sQ = sQ_wg(c);
+        auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+        QFull::arrive_and_expect_tx(&ss.q_full[c], Traits::kTmaBytesQWG);
+        copy(kp.tma_q.with(ss.q_full[c]), tQgQ, tQsQ);
+      }
+      ++loaded;
+      pipe_producer_acquire(pipe_v, st_v, WaitSite::kVEmpty, t, n_max - 1);
+      copy(kp.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, n_max - 1), tVsV(_, st_v.index()));
+      ++st_v;
+      for (int n = n_max - 2; n >= n_min; --n) {
+        pipe_producer_acquire(pipe_k, st_k, WaitSite::kKEmpty, t, n);
+        copy(kp.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, n), tKsK(_, st_k.index()));
+        ++st_k;
+        pipe_producer_acquire(pipe_v, st_v, WaitSite::kVEmpty, t, n);
+        copy(kp.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, n), tVsV(_, st_v.index()));
+        ++st_v;
+      }
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int cwg = wg - 1;
+  const int tid = threadIdx.x % 128;
+  Tensor sQ = sQ_wg(cwg);
+  PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
+  if constexpr (Traits::kOverlap) {
+    if (cwg == 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, uint32_t(FwdBarrier::kTurnWG0)); }
+  }
+  int loaded = 0;  // non-empty tiles this warpgroup has run
+  for (int t = blockIdx.x; t < sched.num_tiles; t += gridDim.x) {
+    __syncwarp();
+    int m_block, head, batch, n_min, n_max;
+    sched.decode(t, m_block, head, batch);
+    const int m0 = m_block * Traits::kBlockM;
+    const int row0 = m0 + kWGRows * cwg;
+    kv_block_range<Traits, kCausal>(p, m0, n_min, n_max);
+    float* lse_head = p.lse_ptr + (int64_t(batch) * p.nheads + head) * p.seqlen_q;
+    if (n_max <= n_min) {
+      Element* o_head = static_cast<Element*>(p.o_ptr) + int64_t(batch) * p.o_batch_stride + int64_t(head) * p.o_head_stride;
+      FwdEpilogue<Traits, kDropout>::run_empty(o_head, p.o_row_stride, lse_head, row0, p.seqlen_q, tid);
+      continue;
+    }
+    Tensor tOrO = partition_fragment_C(typename Traits::MmaPV{}, select<0, 1>(typename Traits::TilePV{}));  // ((2,2,d/8),1,1)
+    clear(tOrO);
+    OnlineSoftmax<2> softmax(p.scale_log2);
+    DropoutRng rng{};  // only the kDropout variant reads it
+    if constexpr (kDropout) { rng = dropout_rng(p, batch, head); }
+    mbar_wait(&ss.q_full[cwg], uint32_t(loaded) & 1u, WaitSite::kQFull, t, cwg);
+    FwdMainloop<Traits, kCausal, kDropout>::template run_blocks<false>(
+        sQ, sK, sVt, pipe_k, pipe_v, st_k, st_v, tOrO, softmax, rng, cwg, tid, m0, n_min, n_max, p.seqlen_q,
+        p.seqlen_k);
+    Tensor gO = local_tile(mO(_, _, head, batch), WGTile{}, make_coord(m_block * kNWG + cwg, _0{}));
+    FwdEpilogue<Traits, kDropout>::run(tOrO, softmax, sQ, gO, kp.tma_o, lse_head, row0, p.seqlen_q, cwg, tid,
+                                       p.rp_dropout);
+    if (tid == 0) { QEmpty::arrive(&ss.q_empty[cwg]); }  // after its tma_store_wait: the rows are free
+    ++loaded;
+  }
+}
+
+}  // namespace flash::sm90

@@ -1,0 +1,124 @@
+"""The persistent sm90 forward (csrc/sm90/fwd_persistent.h; built with FLASH_ATTN_CUDA_SM90_PERSISTENT=1,
+chosen per call by FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS): on shapes where every CTA runs several tiles
+(1, 3 and 7 CTAs; one per SM on a large grid), ragged seqlens, causal with seqlen_q > seqlen_k (tiles
+with no visible key between running ones), GQA, dropout, its O and LSE must equal the one-tile
+kernel's bit for bit (the same arithmetic per tile), and that kernel's must pass FA2's rule against a
+float32 reference. Skipped where the GPU, the build's sm90 family or its persistent kernel is missing.
+A hang here is the kernel's bug: run this file under `timeout` (benchmarks/NOTES.md, issue 11 v4).
+"""
+import os
+
+import pytest
+import torch
+from fa2_checks import assert_fa2_close, assert_lse_close, poison
+import flash_attn_cuda
+from flash_attn_cuda import attention
+from flash_attn_cuda.reference import attention_ref
+
+pytestmark = pytest.mark.gpu
+
+SM90_HDIMS = flash_attn_cuda._ops.sm90_head_dims() if flash_attn_cuda._ops.HAS_EXTENSION else ()
+HDIMS = [d for d in (64, 128, 256) if d in SM90_HDIMS] or [128]
+DTYPES = flash_attn_cuda.compiled_dtypes() or (torch.bfloat16,)
+KNOB = "FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS"
+CTAS = ["1", "3", "7", "sms"]
+
+
+@pytest.fixture(autouse=True)
+def _sm90_persistent(monkeypatch):
+    if not flash_attn_cuda._ops.HAS_SM90 or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family needs 90a in the build and a compute capability 9.0 GPU")
+    monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm90")
+    monkeypatch.delenv(KNOB, raising=False)
+    q = torch.randn(1, 256, 2, HDIMS[0], device="cuda", dtype=torch.bfloat16)
+    monkeypatch.setenv(KNOB, "1")
+    try:
+        attention(q, q, q)
+    except RuntimeError as e:
+        if "FLASH_ATTN_CUDA_SM90_PERSISTENT=1" in str(e):
+            pytest.skip("this build has no persistent sm90 forward (FLASH_ATTN_CUDA_SM90_PERSISTENT=1)")
+        raise
+    monkeypatch.delenv(KNOB)
+
+
+def run(q, k, v, causal, ctas=None, dropout_p=0.0, seed=0, family="sm90"):
+    """(out, lse) of the forward, which `family` must have served; ctas: the knob's value (None: the
+    one-tile kernel)."""
+    batch, seqlen_q, nheads, _ = q.shape
+    poison((q.shape, q.dtype), ((batch, nheads, seqlen_q), torch.float32))
+    if ctas is None:
+        os.environ.pop(KNOB, None)
+    else:
+        os.environ[KNOB] = ctas
+    try:
+        torch.manual_seed(seed)
+        out, lse = attention(q, k, v, dropout_p, causal=causal, return_lse=True)
+        torch.cuda.synchronize()
+    finally:
+        os.environ.pop(KNOB, None)
+    if family is not None:
+        assert flash_attn_cuda._ops.last_fwd_family() == family, flash_attn_cuda._ops.last_fwd_family()
+    return out, lse
+
+
+def assert_same(a, b, what):
+    assert torch.equal(a, b), f"{what}: max |diff| {(a.float() - b.float()).abs().max().item():.3e}"
+
+
+# (seqlen_q, seqlen_k): 128-row tiles cut mid-tile; seqlen_q > seqlen_k leaves causal tiles with no key.
+SHAPES = [(1000, 77), (113, 203), (129, 257), (255, 1000), (1000, 255), (2049, 2049)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SHAPES)
+def test_persistent_equals_tile_kernel(seqlen_q, seqlen_k, causal, hdim, dtype):
+    torch.manual_seed(seqlen_q * 3 + seqlen_k + hdim)
+    q = torch.randn(2, seqlen_q, 4, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, seqlen_k, 2, hdim, device="cuda", dtype=dtype)  # GQA: 2 query heads per K/V head
+    v = torch.randn(2, seqlen_k, 2, hdim, device="cuda", dtype=dtype)
+    out0, lse0 = run(q, k, v, causal)
+    ref, ref_lse = attention_ref(q, k, v, causal, compute_dtype=torch.float32)
+    lowp, _ = attention_ref(q, k, v, causal, compute_dtype=None)
+    assert_fa2_close("out", out0, ref, lowp)
+    assert_lse_close(lse0, ref_lse)
+    for ctas in CTAS:
+        out, lse = run(q, k, v, causal, ctas)
+        assert_same(out, out0, f"out, {ctas} CTAs")
+        assert_same(lse, lse0, f"lse, {ctas} CTAs")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_one_cta_per_sm_on_a_large_grid(causal):
+    """1024 tiles over one CTA per SM (132 on an H200): the shape the benchmark times."""
+    hdim, dtype = HDIMS[-1] if 128 not in HDIMS else 128, DTYPES[0]
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(2, 4096, 16, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    out0, lse0 = run(q, k, v, causal)
+    out, lse = run(q, k, v, causal, "sms")
+    assert_same(out, out0, "out")
+    assert_same(lse, lse0, "lse")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_dropout_equals_tile_kernel(causal):
+    """The kDropout variant loops too: same seed, same mask, same bits (the mask is per (batch, head, row, key))."""
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    torch.manual_seed(11)
+    q = torch.randn(2, 1000, 4, hdim, device="cuda", dtype=dtype)
+    k, v = (torch.randn(2, 777, 2, hdim, device="cuda", dtype=dtype) for _ in range(2))
+    out0, lse0 = run(q, k, v, causal, dropout_p=0.1, seed=5, family=None)
+    if flash_attn_cuda._ops.last_fwd_family() != "sm90":
+        pytest.skip("no sm90 dropout units in this build (FLASH_ATTN_CUDA_FEATURES=0)")
+    for ctas in ("3", "sms"):
+        out, lse = run(q, k, v, causal, ctas, dropout_p=0.1, seed=5)
+        assert_same(out, out0, f"out, {ctas} CTAs")
+        assert_same(lse, lse0, f"lse, {ctas} CTAs")
+
+
+def test_knob_rejects_garbage(monkeypatch):
+    q = torch.randn(1, 256, 2, HDIMS[0], device="cuda", dtype=torch.bfloat16)
+    monkeypatch.setenv(KNOB, "many")
+    with pytest.raises(RuntimeError, match=KNOB):
+        attention(q, q, q)
