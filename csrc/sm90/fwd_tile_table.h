@@ -1,6 +1,8 @@
-// Tile choice of the sm90 forward per head dim (kBlockM = 128: two consumer warpgroups of 64 rows).
-// kBlockNDropout: the key-block width of the dropout variant (kDropout, fwd_kernel.h), which needs
-// whole 16 x 64 Philox chunks per block (dropout.h apply_dropout: kBlockN % 64 == 0).
+// Tile choice of the sm90 forward per head dim: kBlockN, stages, and kNConsumerWG, the consumer
+// warpgroups of 64 query rows each (kBlockM = 64 kNConsumerWG: 2 -> 128 rows, 3 -> 192 rows;
+// fwd_traits.h). kBlockNDropout / kNConsumerWGDropout: the dropout variant's (kDropout,
+// fwd_kernel.h), which needs whole 16 x 64 Philox chunks per block (dropout.h apply_dropout:
+// kBlockN % 64 == 0).
 // Numbers: H200, bf16, TFLOP/s on the FA2 grid (batch * seqlen = 16k, hidden 2048), filled in as
 // measured (benchmarks/NOTES.md, "Hopper forward (issue 11)").
 #pragma once
@@ -22,6 +24,8 @@ struct FwdTile<64> {
   static constexpr int kBlockN = 128;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGDropout = 2;
 };
 
 // d = 128: 128 x 128, 2 stages; 32 KB Q + 2 x 2 x 32 KB K/V = 160 KB.
@@ -37,6 +41,8 @@ struct FwdTile<128> {
   static constexpr int kBlockN = 128;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGDropout = 2;
 };
 
 // d = 256: 128 x 80, 2 stages; 64 KB Q + 2 x 2 x 40 KB K/V = 224 KB (of 227). O is 128
@@ -50,10 +56,13 @@ struct FwdTile<256> {
   static constexpr int kBlockN = 80;
   static constexpr int kBlockNDropout = 64;
   static constexpr int kStages = 2;
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGDropout = 2;
 };
 
 template <typename Element, int kHeadDim, bool kDropout = false>
 using FwdTraitsFor = FwdTraits<kHeadDim, kDropout ? FwdTile<kHeadDim>::kBlockNDropout : FwdTile<kHeadDim>::kBlockN,
-                               FwdTile<kHeadDim>::kStages, Element, true>;
+                               FwdTile<kHeadDim>::kStages, Element, true,
+                               kDropout ? FwdTile<kHeadDim>::kNConsumerWGDropout : FwdTile<kHeadDim>::kNConsumerWG>;
 
 }  // namespace flash::sm90
