@@ -85,9 +85,11 @@ def test_matches_reference(seqlen_q, seqlen_k, causal, hdim, dtype, family):
 # warpgroup's TMA box; causal with seqlen_q > seqlen_k (the first rows see no key: O = 0, LSE = -inf).
 TILE_EDGE_SEQLENS = [(191, 191), (192, 192), (193, 193), (193, 64), (383, 129), (384, 384), (385, 200),
                      (129, 385), (64, 383), (257, 255)]
+# d=64 (the 192-row tile) and d=128 (a 128-row one) where compiled, else the first compiled head dim.
+EDGE_HDIMS = [d for d in HDIMS if d in (64, 128)] or list(HDIMS[:1])
 
 
-@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("hdim", EDGE_HDIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", TILE_EDGE_SEQLENS)
 def test_query_tile_edges(seqlen_q, seqlen_k, causal, hdim, family):
