@@ -14,17 +14,27 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct FwdTile;
 
-// d = 64: 128 x 128, 2 stages; 16 KB Q + 2 x 2 x 16 KB K/V = 80 KB. (FA3 runs 192 x 192 with
-// three consumer warpgroups here; this kernel has two.) H200 bf16, 1k / 4k / 16k (run 2; sm80
-// 245.9 / 296.9 / 320.0, causal 215.3 / 280.6 / 304.5):
-//   128 x 128: 304.9 / 424.7 / 449.6, causal 248.9 / 396.5 / 454.0  <- chosen
-//   128 x 192: 280.1 / 436.0 / 474.3, causal 221.4 / 391.9 / 448.3
+// d = 64: 192 x 128 with three consumer warpgroups (FA3's d = 64 tile: 192 rows, 128 keys when
+// P stays in registers), 2 stages; 24 KB Q + 2 x 2 x 16 KB K/V = 88 KB. Why: at d = 64 a key block
+// is half the GEMM work per softmax element of d = 128, so with two warpgroups the tensor cores
+// idle while both do softmax; with three, two can have GEMMs in flight while one does softmax.
+// setmaxnreg 24 / 3 x 160: O 32 + S 64 + P 32 registers per thread fit 160; 192 keys (S 96 + P 48
+// + O 32) would not (FA3 then keeps P in shared memory).
+// H200 bf16, 1k / 4k / 16k (run 2; sm80 245.9 / 296.9 / 320.0, causal 215.3 / 280.6 / 304.5):
+//   128 x 128, 2 WG: 304.9 / 424.7 / 449.6, causal 248.9 / 396.5 / 454.0  (chosen until issue 11's d=64 step)
+//   128 x 192, 2 WG: 280.1 / 436.0 / 474.3, causal 221.4 / 391.9 / 448.3
+//   192 x 128, 3 WG: not yet measured  <- chosen. Prediction (Python bench, where 2 WG gave 368 / 432 /
+//     451 = 0.88 / 0.95 / 0.97x cuDNN at 1k / 4k / 16k): +5-10 % at >= 2k (~460 / ~480 at 4k / 16k,
+//     >= 1.0x cuDNN); 1k about even (1024 rows = 5.3 tiles of 192: 11 % of the last tiles idle).
+// Dropout: stays 128 x 128 with two warpgroups (measured, tested) until a FEATURES + BACKWARD build
+// runs tests/test_dropout_gpu.py on 192 x 128: that variant compiles here with 0 spills under
+// setmaxnreg 160 (ptxas, nvcc 13.0; registers up to R151), HGMMA present, no trap.
 template <>
 struct FwdTile<64> {
   static constexpr int kBlockN = 128;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
-  static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWG = 3;
   static constexpr int kNConsumerWGDropout = 2;
 };
 
