@@ -40,21 +40,8 @@ using namespace cute;
 // barrier 0 holds one unmatched pass of 128 at the end (the last warpgroup's), as with W = 2. A
 // barrier never has two passes pending: warpgroup c-1 passes again only after a full cycle, which
 // includes c's wait on that barrier.
-template <int kNConsumerWG>
-CUTE_DEVICE uint32_t turn_barrier(int cwg) {
-  if constexpr (kNConsumerWG == 2) { return cwg == 0 ? 0u : 1u; }  // the form the d = 128 / 256 SASS was built from
-  return uint32_t(cwg);
-}
-template <int kNConsumerWG>
-CUTE_DEVICE uint32_t next_turn_barrier(int cwg) {
-  if constexpr (kNConsumerWG == 2) { return cwg == 0 ? 1u : 0u; }
-  return cwg == kNConsumerWG - 1 ? 0u : uint32_t(cwg + 1);
-}
-template <int kNConsumerWG>
-CUTE_DEVICE uint32_t epilogue_barrier(int cwg) {
-  if constexpr (kNConsumerWG == 2) { return cwg == 0 ? 2u : 3u; }
-  return uint32_t(kNConsumerWG + cwg);
-}
+// With W = 2 the ids are written as a select on cwg == 0 as before this generalisation: the
+// d = 128 / 256 kernels compile to the same SASS (helper functions here changed their scheduling).
 
 template <class Traits, bool kCausal, bool kDropout>
 struct FwdMainloop {
@@ -134,8 +121,9 @@ struct FwdMainloop {
       return;
     }
 
-    const uint32_t my_turn = turn_barrier<Traits::kNConsumerWG>(cwg);
-    const uint32_t next_turn = next_turn_barrier<Traits::kNConsumerWG>(cwg);
+    constexpr int kW = Traits::kNConsumerWG;
+    const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
+    const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
     auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
     auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); };
     if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
