@@ -79,6 +79,30 @@ def test_matches_reference(seqlen_q, seqlen_k, causal, hdim, dtype, family):
     run_and_check(q, k, v, causal, family=family)
 
 
+# The edges of the 192-row query tile (sm90 d=64: three consumer warpgroups of 64 rows,
+# sm90/fwd_tile_table.h) and of the 128-row ones: one row short of / at / past one and two tiles, a
+# last tile whose third warpgroup has no row (193, 385) and whose rows all lie past seqlen_q in one
+# warpgroup's TMA box; causal with seqlen_q > seqlen_k (the first rows see no key: O = 0, LSE = -inf).
+TILE_EDGE_SEQLENS = [(191, 191), (192, 192), (193, 193), (193, 64), (383, 129), (384, 384), (385, 200),
+                     (129, 385), (64, 383), (257, 255)]
+# d=64 (the 192-row tile) and d=128 (a 128-row one) where compiled, else the first compiled head dim.
+EDGE_HDIMS = [d for d in HDIMS if d in (64, 128)] or list(HDIMS[:1])
+
+
+@pytest.mark.parametrize("hdim", EDGE_HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", TILE_EDGE_SEQLENS)
+def test_query_tile_edges(seqlen_q, seqlen_k, causal, hdim, family):
+    if family == "sm90" and hdim not in SM90_HDIMS:
+        pytest.skip(f"no sm90 kernel for head dim {hdim}")
+    torch.manual_seed(seqlen_q * 3 + seqlen_k + hdim)
+    dtype = DTYPES[0]
+    q = torch.randn(2, seqlen_q, 3, hdim, device="cuda", dtype=dtype)
+    k = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    v = torch.randn(2, seqlen_k, 3, hdim, device="cuda", dtype=dtype)
+    run_and_check(q, k, v, causal, family=family)
+
+
 @pytest.mark.parametrize("hdim", [8, 40, 72, 136, 200, 248])
 @pytest.mark.parametrize("causal", [False, True])
 def test_uncompiled_head_dims_run_next_size_up(hdim, causal, family):

@@ -55,8 +55,8 @@ struct FwdEpilogue {
     // The TMA (async proxy) reads what st.shared wrote: fence in every writing thread, then
     // the warpgroup barrier.
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::arrive_and_wait(
-        128, cwg == 0 ? uint32_t(FwdBarrier::kEpilogueWG0) : uint32_t(FwdBarrier::kEpilogueWG1));
+    constexpr int kW = Traits::kNConsumerWG;  // epilogue barrier W + cwg (fwd_mainloop.h)
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg));
     if (tid == 0) {
       auto [tOgO, tOsO_tma] = tma_partition(tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO_tma));
       copy(tma_o, tOsO_tma, tOgO);

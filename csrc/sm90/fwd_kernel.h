@@ -1,7 +1,12 @@
-// The sm90 forward kernel: one CTA per (128-row query tile, head, batch); 384 threads.
-//   warpgroup 0 (producer, 24 registers): thread 0 loads Q (two 64-row TMA boxes on one mbarrier)
-//     and every K and V block through two PipelineTmaAsync pipelines of Traits::kStages stages;
-//   warpgroups 1, 2 (consumers, 240 registers): fwd_mainloop.h, then fwd_epilogue.h.
+// The sm90 forward kernel: one CTA per (kBlockM-row query tile, head, batch); Traits::kNThreads threads
+// (fwd_traits.h: kNConsumerWG = 2 -> 128 rows, 384 threads; 3 -> 192 rows, 512 threads).
+//   warpgroup 0 (producer, kProducerRegs): thread 0 loads Q (one 64-row TMA box per consumer on one
+//     mbarrier) and every K and V block through two PipelineTmaAsync pipelines of Traits::kStages stages;
+//   warpgroups 1 .. kNConsumerWG (consumers, kConsumerRegs): fwd_mainloop.h, then fwd_epilogue.h.
+// The K/V stages' empty barriers count one arrival per consumer warpgroup (PipelineTmaAsync with
+// num_consumers = kNConsumerThreads: ceil(num_consumers / 128) arrivals, one signalling thread each).
+// Q's mbarrier: one arrival (thread 0) + kBlockM * d * 2 bytes; TMA counts a box's full bytes also
+// where it lies past seqlen_q (zero fill), so the tail tiles complete like the full ones.
 // Blocks that no query row of the tile sees are never loaded: causal tiles stop at the diagonal.
 // kDropout: attention dropout (dropout.h) in the consumers' softmax, a variant of its own
 // (instantiations/sm90_fwd_*_dropout.cu) so the plain kernels compile exactly as without it.

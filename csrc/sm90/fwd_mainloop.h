@@ -1,10 +1,11 @@
 // Consumer mainloop of the sm90 forward: one consumer warpgroup's 64 query rows against the key
 // blocks [n_min, n_max), walked from the last block down (the masked blocks come first).
 //
-// kOverlap (FA3's intra-warpgroup pipelining + ping-pong between the two consumer warpgroups):
+// kOverlap (FA3's intra-warpgroup pipelining + ping-pong between the consumer warpgroups):
 //   iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, then runs the softmax
 //   of S_j while the PV GEMM is still in flight; the GEMM issue of one warpgroup is ordered after
-//   the other's by two named barriers, so one warpgroup's softmax overlaps the other's GEMMs.
+//   the previous warpgroup's by a cycle of named barriers (turn_barrier below), so one warpgroup's
+//   softmax overlaps the others' GEMMs.
 // Without kOverlap each block is S = QK^T, wait, softmax, O += PV, wait (the reference variant).
 //
 // kDropout: after the softmax of a block (its row sums taken from the undropped P, so the LSE is
@@ -28,9 +29,20 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-// Named-barrier ids (cutlass adds its 8 reserved ones): 0, 1 = GEMM-issue turn of consumer
-// warpgroup 0, 1; 2, 3 = epilogue barrier of consumer warpgroup 0, 1.
-enum class FwdBarrier : uint32_t { kTurnWG0 = 0, kTurnWG1 = 1, kEpilogueWG0 = 2, kEpilogueWG1 = 3 };
+// Named-barrier ids (cutlass adds its 8 reserved ones; 8 are left): with W consumer warpgroups,
+// c in [0, W) has the GEMM-issue turn barrier c and the epilogue barrier W + c (W = 2: 0, 1 and 2, 3;
+// W = 3: 0, 1, 2 and 3, 4, 5).
+//
+// The turn passes round the warpgroups in a cycle 0 -> 1 -> .. -> W-1 -> 0 (FA3's scheduler barrier):
+// warpgroup c waits on barrier c (256 threads: its own 128 arriving + the 128 of warpgroup c-1 that
+// passed the turn), issues its GEMMs, and arrives (128) on barrier c+1 mod W. Warpgroup 0 arrives on
+// its own barrier once before the loop (the first turn). Every warpgroup runs the same number of
+// turns (n_max - n_min, the CTA's range), so each barrier c > 0 sees exactly one pass per wait;
+// barrier 0 holds one unmatched pass of 128 at the end (the last warpgroup's), as with W = 2. A
+// barrier never has two passes pending: warpgroup c-1 passes again only after a full cycle, which
+// includes c's wait on that barrier.
+// With W = 2 the ids are written as a select on cwg == 0 as before this generalisation: the
+// d = 128 / 256 kernels compile to the same SASS (helper functions here changed their scheduling).
 
 template <class Traits, bool kCausal, bool kDropout>
 struct FwdMainloop {
@@ -44,7 +56,7 @@ struct FwdMainloop {
 
   // One tile per CTA (fwd_kernel.h): pipeline states from the start, warpgroup 0 takes the first
   // GEMM turn here.
-  // cwg: consumer warpgroup (0, 1); tid: thread in it; m0: first query row of the CTA; rng: this
+  // cwg: consumer warpgroup (0 .. kNConsumerWG - 1); tid: thread in it; m0: first query row of the CTA; rng: this
   // (batch, head)'s dropout generator (read with kDropout only).
   // On return tOrO holds the unnormalised O (of the dropped P) and softmax the row statistics.
   template <class SQ, class SK, class SVt, class TensorO>
@@ -125,10 +137,11 @@ struct FwdMainloop {
       return;
     }
 
-    const uint32_t my_turn = cwg == 0 ? uint32_t(FwdBarrier::kTurnWG0) : uint32_t(FwdBarrier::kTurnWG1);
-    const uint32_t other_turn = cwg == 0 ? uint32_t(FwdBarrier::kTurnWG1) : uint32_t(FwdBarrier::kTurnWG0);
+    constexpr int kW = Traits::kNConsumerWG;
+    const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
+    const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
     auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
-    auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, other_turn); };
+    auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); };
     if constexpr (kArriveFirstTurn) {
       if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
     }

@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor sQ = sQ_wg(cwg);
   PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
   if constexpr (Traits::kOverlap) {
-    if (cwg == 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, uint32_t(FwdBarrier::kTurnWG0)); }
+    // The last warpgroup hands warpgroup 0 (turn barrier 0) the first GEMM turn, once per kernel.
+    if (cwg == kNWG - 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 0u); }
   }
   int loaded = 0;  // non-empty tiles this warpgroup has run
   for (int t = blockIdx.x; t < sched.num_tiles; t += gridDim.x) {

@@ -1,6 +1,8 @@
-// Tile choice of the sm90 forward per head dim (kBlockM = 128: two consumer warpgroups of 64 rows).
-// kBlockNDropout: the key-block width of the dropout variant (kDropout, fwd_kernel.h), which needs
-// whole 16 x 64 Philox chunks per block (dropout.h apply_dropout: kBlockN % 64 == 0).
+// Tile choice of the sm90 forward per head dim: kBlockN, stages, and kNConsumerWG, the consumer
+// warpgroups of 64 query rows each (kBlockM = 64 kNConsumerWG: 2 -> 128 rows, 3 -> 192 rows;
+// fwd_traits.h). kBlockNDropout / kNConsumerWGDropout: the dropout variant's (kDropout,
+// fwd_kernel.h), which needs whole 16 x 64 Philox chunks per block (dropout.h apply_dropout:
+// kBlockN % 64 == 0).
 // Numbers: H200, bf16, TFLOP/s on the FA2 grid (batch * seqlen = 16k, hidden 2048), filled in as
 // measured (benchmarks/NOTES.md, "Hopper forward (issue 11)").
 #pragma once
@@ -12,16 +14,28 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct FwdTile;
 
-// d = 64: 128 x 128, 2 stages; 16 KB Q + 2 x 2 x 16 KB K/V = 80 KB. (FA3 runs 192 x 192 with
-// three consumer warpgroups here; this kernel has two.) H200 bf16, 1k / 4k / 16k (run 2; sm80
-// 245.9 / 296.9 / 320.0, causal 215.3 / 280.6 / 304.5):
-//   128 x 128: 304.9 / 424.7 / 449.6, causal 248.9 / 396.5 / 454.0  <- chosen
-//   128 x 192: 280.1 / 436.0 / 474.3, causal 221.4 / 391.9 / 448.3
+// d = 64: 192 x 128 with three consumer warpgroups (FA3's d = 64 tile: 192 rows, 128 keys when
+// P stays in registers), 2 stages; 24 KB Q + 2 x 2 x 16 KB K/V = 88 KB. Why: at d = 64 a key block
+// is half the GEMM work per softmax element of d = 128, so with two warpgroups the tensor cores
+// idle while both do softmax; with three, two can have GEMMs in flight while one does softmax.
+// setmaxnreg 24 / 3 x 160: O 32 + S 64 + P 32 registers per thread fit 160; 192 keys (S 96 + P 48
+// + O 32) would not (FA3 then keeps P in shared memory).
+// H200 bf16, 1k / 4k / 16k (run 2; sm80 245.9 / 296.9 / 320.0, causal 215.3 / 280.6 / 304.5):
+//   128 x 128, 2 WG: 304.9 / 424.7 / 449.6, causal 248.9 / 396.5 / 454.0  (chosen until issue 11's d=64 step)
+//   128 x 192, 2 WG: 280.1 / 436.0 / 474.3, causal 221.4 / 391.9 / 448.3
+//   192 x 128, 3 WG: not yet measured  <- chosen. Prediction (Python bench, where 2 WG gave 368 / 432 /
+//     451 = 0.88 / 0.95 / 0.97x cuDNN at 1k / 4k / 16k): +5-10 % at >= 2k (~460 / ~480 at 4k / 16k,
+//     >= 1.0x cuDNN); 1k about even (1024 rows = 5.3 tiles of 192: 11 % of the last tiles idle).
+// Dropout: stays 128 x 128 with two warpgroups (measured, tested) until a FEATURES + BACKWARD build
+// runs tests/test_dropout_gpu.py on 192 x 128: that variant compiles here with 0 spills under
+// setmaxnreg 160 (ptxas, nvcc 13.0; registers up to R151), HGMMA present, no trap.
 template <>
 struct FwdTile<64> {
   static constexpr int kBlockN = 128;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
+  static constexpr int kNConsumerWG = 3;
+  static constexpr int kNConsumerWGDropout = 2;
 };
 
 // d = 128: 128 x 128, 2 stages; 32 KB Q + 2 x 2 x 32 KB K/V = 160 KB.
@@ -37,6 +51,8 @@ struct FwdTile<128> {
   static constexpr int kBlockN = 128;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGDropout = 2;
 };
 
 // d = 256: 128 x 80, 2 stages; 64 KB Q + 2 x 2 x 40 KB K/V = 224 KB (of 227). O is 128
@@ -50,10 +66,13 @@ struct FwdTile<256> {
   static constexpr int kBlockN = 80;
   static constexpr int kBlockNDropout = 64;
   static constexpr int kStages = 2;
+  static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGDropout = 2;
 };
 
 template <typename Element, int kHeadDim, bool kDropout = false>
 using FwdTraitsFor = FwdTraits<kHeadDim, kDropout ? FwdTile<kHeadDim>::kBlockNDropout : FwdTile<kHeadDim>::kBlockN,
-                               FwdTile<kHeadDim>::kStages, Element, true>;
+                               FwdTile<kHeadDim>::kStages, Element, true,
+                               kDropout ? FwdTile<kHeadDim>::kNConsumerWGDropout : FwdTile<kHeadDim>::kNConsumerWG>;
 
 }  // namespace flash::sm90

@@ -1,8 +1,9 @@
 // Compile-time description of one sm90 forward tile: shared-memory layouts, the two warpgroup
 // MMAs, the K/V pipelines and the shared-storage struct. No code runs here.
 //
-// Block of 384 threads: warpgroup 0 is the producer (one warp issues every TMA load), warpgroups
-// 1 and 2 are consumers; consumer c owns query rows [64 c, 64 c + 64) of the kBlockM = 128 tile.
+// Block of 128 (kNConsumerWG + 1) threads: warpgroup 0 is the producer (one thread issues every
+// TMA load), warpgroups 1 .. kNConsumerWG are consumers; consumer c owns query rows [64 c, 64 c + 64)
+// of the kBlockM = 64 kNConsumerWG tile (2 consumers: 128 rows, 384 threads; 3: 192 rows, 512).
 //   S = Q K^T : wgmma 64 x kBlockN x 16, A (Q) and B (K) from shared memory (SS)
 //   O += P V  : wgmma 64 x kHeadDim x 16, A (P) from registers, B (V) from shared memory read
 //               "MN-major" (V's rows are keys, its contiguous dim is the head dim) (RS)
@@ -16,21 +17,24 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-template <int kHeadDim_, int kBlockN_, int kStages_, typename Element_, bool kOverlap_ = true>
+template <int kHeadDim_, int kBlockN_, int kStages_, typename Element_, bool kOverlap_ = true, int kNConsumerWG_ = 2>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;            // 2 consumer warpgroups x 64 rows
+  static constexpr int kNConsumerWG = kNConsumerWG_;
+  static constexpr int kWGRows = 64;
+  static constexpr int kBlockM = kWGRows * kNConsumerWG;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;       // K and V pipelines each
   static constexpr bool kOverlap = kOverlap_;    // softmax of block j under the GEMMs of block j+1
-  static constexpr int kNConsumerWG = 2;
-  static constexpr int kWGRows = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
   static constexpr int kNConsumerThreads = 128 * kNConsumerWG;
-  // setmaxnreg: 24 + 2 x 240 registers x 128 threads = 64,512 <= 65,536 per SM.
+  // setmaxnreg (multiples of 8; the SM's 65,536 registers are shared by the warpgroups):
+  //   2 consumers: (24 + 2 x 240) x 128 = 64,512;  3 consumers: (24 + 3 x 160) x 128 = 64,512.
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kConsumerRegs = kNConsumerWG == 2 ? 240 : 160;
+  static_assert(kNConsumerWG == 2 || kNConsumerWG == 3, "2 or 3 consumer warpgroups (named barriers: fwd_mainloop.h)");
+  static_assert((kProducerRegs + kNConsumerWG * kConsumerRegs) * 128 <= 65536, "setmaxnreg budget exceeds the register file");
 
   static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and the PV K dimension need multiples of 16");
