@@ -1,7 +1,9 @@
 """Small ragged workload of the sm90 (Hopper) backward for compute-sanitizer (scripts/sanitize.sh
-scripts/sanitize_sm90_bwd.py): ragged seqlens across the 64/128-row and 128-key tile edges, causal
-both ways, GQA, d = 64 and 128 where compiled; asserts the sm90 main kernel ran."""
+scripts/sanitize_sm90_bwd.py): ragged seqlens across the 64/128-row and 64/128-key tile edges, causal
+both ways, GQA, d = 64, 128 and 256 where compiled (or the head dims in argv, e.g. `... 256`); asserts
+the sm90 main kernel ran."""
 import os
+import sys
 
 import torch
 
@@ -9,7 +11,9 @@ import flash_attn_cuda
 from flash_attn_cuda import attention
 
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
-dims = [d for d in (64, 128) if d in flash_attn_cuda.compiled_head_dims()]
+wanted = [int(a) for a in sys.argv[1:]] or [64, 128, 256]
+dims = [d for d in wanted if d in flash_attn_cuda.compiled_head_dims()]
+assert dims, f"none of {wanted} compiled"
 runs = 0
 for d in dims:
     for (sq, sk, h, hk) in [(113, 77, 2, 1), (77, 200, 4, 2), (129, 129, 2, 2)]:

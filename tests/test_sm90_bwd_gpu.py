@@ -1,6 +1,6 @@
 """The Hopper (sm90) backward: gradients vs autograd through a float32 reference (FA2's rule: each of
 dq, dk, dv within twice PyTorch's own low-precision error + 1e-4), on shapes that cross every tile
-boundary of its tiles (64/128 query rows per step, 128 keys per CTA), causal both ways, GQA, strided
+boundary of its tiles (64/128 query rows per step, 128 keys per CTA; d = 256: 64 x 64, the role-split tile), causal both ways, GQA, strided
 inputs, and the check that the sm90 main kernel really ran (last_bwd_family). Runs with
 FLASH_ATTN_CUDA_FAMILY=sm90 (both directions then ask for sm90); skipped where it cannot run.
 """
@@ -13,7 +13,7 @@ from flash_attn_cuda.reference import attention_ref
 
 pytestmark = pytest.mark.gpu
 
-SM90_BWD_HDIMS = (64, 128)  # csrc/sm90/bwd_tile_table.h
+SM90_BWD_HDIMS = (64, 128, 256)  # csrc/sm90/bwd_tile_table.h
 HDIMS = [d for d in SM90_BWD_HDIMS if d in (flash_attn_cuda.compiled_head_dims() or ())] or [128]
 DTYPES = flash_attn_cuda.compiled_dtypes() or (torch.bfloat16,)
 
@@ -39,8 +39,10 @@ def rand(*shape, dtype):
     return torch.randn(*shape, device="cuda", dtype=dtype)
 
 
-# Tile edges: 1, 63/64/65, 127/128/129 rows or keys; seqlen_q > seqlen_k and < (causal is bottom-right).
-SEQLENS = [(1, 1), (64, 128), (65, 129), (127, 63), (129, 257), (200, 1000), (1000, 200), (1024, 1024)]
+# Tile edges: 1, 63/64/65, 79/80/81, 127/128/129 rows or keys; seqlen_q > seqlen_k and < (causal is
+# bottom-right).
+SEQLENS = [(1, 1), (64, 128), (65, 129), (127, 63), (63, 65), (79, 81), (81, 80), (129, 257), (200, 1000),
+           (1000, 200), (1024, 1024)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -47,7 +47,7 @@ DEFAULT_SM90A = True                      # ... plus 90a: "80;90;90a"
 # becomes a trap), no PTX (arch-specific PTX runs on 9.0 only), and the extended wgmma N sizes
 # (176/144/80; without the macro CuTe's selector silently falls back to 64x16x16).
 SM90_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
-SM90_BWD_HEAD_DIMS: tuple[int, ...] = (64, 128)  # the Hopper backward (csrc/sm90/bwd_*.h)
+SM90_BWD_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)  # the Hopper backward (csrc/sm90/bwd_*.h)
 SM90_NVCC_FLAGS: tuple[str, ...] = ("-gencode=arch=compute_90a,code=sm_90a", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED")
 MIN_ARCH = 80  # the kernels use sm80 instructions (cp.async, bf16 MMA)
 MEM_PER_JOB_GIB = 5  # nvcc's front end peaks at 3.6-4.5 GB on one backward instantiation

@@ -5,6 +5,9 @@
 //     barriers); thread 32 (warp 1) is the dQ writer: per query block one TMA reduce-add of the
 //     sdQ stage the consumers filled (bwd_store_dq);
 //   warpgroups 1, 2 (consumers, 240 registers): bwd_mainloop.h, then dK (scaled), dV to global.
+// The role-split tile (Traits::kRoleSplit, bwd_traits_split.h, d = 256): no sdQ and no writer (dQ
+// by atomics from the consumers); consumer 0 runs BwdMainloopSplit::run_p_dv and stores dV,
+// consumer 1 run_ds_dk and stores dK.
 // The pre-pass (delta, LSE_log2 into the padded scratch) and the dQ conversion are the sm80
 // family's (bwd_kernel.h, launched by launch_bwd around this kernel): dq_accum is the same buffer.
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
@@ -17,6 +20,7 @@
 
 #include "../params.h"
 #include "bwd_mainloop.h"
+#include "bwd_mainloop_split.h"
 #include "bwd_tma.h"
 #include "fwd_layouts.h"
 
@@ -69,6 +73,43 @@ CUTE_DEVICE auto bwd_smem_tensors(typename Traits::SharedStorage& ss) {
   return t;
 }
 
+// The role-split tile's shared tiles (bwd_mainloop_split.h): no sdQ; sP, one sdS stage.
+template <class Traits>
+CUTE_DEVICE auto bwd_smem_tensors_split(typename Traits::SharedStorage& ss) {
+  struct {
+    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{})) q, dout;
+    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{})) qt, dot;
+    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{})) k, v;
+    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{})) kt;
+    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{})) ds;
+    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{})) dst;
+    float* p;  // (kPValues / 4, 128) float4
+    float* lse_log2;
+    float* delta;
+  } t{make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{}),
+      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutDO{}),
+      make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{}),
+      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{}),
+      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{}),
+      make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{}),
+      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{}),
+      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{}),
+      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}),
+      ss.p.data(),
+      ss.lse_log2.data(),
+      ss.delta.data()};
+  return t;
+}
+
+template <class Traits>
+CUTE_DEVICE auto bwd_smem(typename Traits::SharedStorage& ss) {
+  if constexpr (Traits::kRoleSplit) {
+    return bwd_smem_tensors_split<Traits>(ss);
+  } else {
+    return bwd_smem_tensors<Traits>(ss);
+  }
+}
+
 // dK or dV of one consumer warpgroup (its 64 keys from key0) to global memory as Element, rows
 // past seqlen_k dropped; pairs of adjacent columns as one 32-bit store.
 template <class Traits, class TensorAcc>
@@ -113,6 +154,38 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gd
   tma_store_wait<0>();  // shared memory stays valid until the last reduce read it
 }
 
+// A consumer of the role-split tile: consumer 0 accumulates dV, consumer 1 dK (64 keys x d each),
+// both add their dQ halves into dq_accum rows [scratch_row0, + seqlen_q_rounded) (row-major), then
+// store their gradient.
+template <class Traits, bool kCausal, class Smem, class Pipeline>
+CUTE_DEVICE void bwd_consumer_split(Smem const& sm, typename Traits::SharedStorage& ss, Pipeline& pipe_q,
+                                    Pipeline& pipe_do, const BwdParams& p, int cwg, int tid, int n0, int m_min,
+                                    int m_max, int64_t scratch_row0) {
+  using Element = typename Traits::Element;
+  using Mainloop = BwdMainloopSplit<Traits, kCausal>;
+  using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
+  Tensor acc = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});  // ((2,2,d/8),1,1) fp32: dV or dK
+  clear(acc);
+  float* dq_rows = p.dq_accum_ptr + scratch_row0 * Traits::kHeadDim;
+  if (m_max > m_min) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
+    if (cwg == 0) {
+      Mainloop::run_p_dv(sm, pipe_q, pipe_do, acc, tid, n0, m_min, m_max, p.seqlen_q, p.seqlen_k, p.scale_log2,
+                         dq_rows);
+    } else {
+      Mainloop::run_ds_dk(sm, pipe_q, pipe_do, acc, tid, m_min, m_max, dq_rows);
+    }
+  }
+  const int batch = blockIdx.z, head = blockIdx.y;
+  if (cwg == 0) {
+    Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
+    store_dkv<Traits>(acc, 1.f, dv, p.dv_row_stride, n0, p.seqlen_k, tid);
+  } else {
+    Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
+    store_dkv<Traits>(acc, p.softmax_scale, dk, p.dk_row_stride, n0, p.seqlen_k, tid);
+  }
+}
+
 template <class Traits, bool kCausal>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_kernel(CUTE_GRID_CONSTANT typename BwdTma<Traits>::Params const kp) {
@@ -142,26 +215,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Pipeline pipe_do(ss.pipe_do, pp, Shape<_1, _1, _1>{});
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_kv, 1);
-    for (int s = 0; s < Traits::kDQStages; ++s) {
-      cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_full[s], Traits::kNConsumerThreads);
-      cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_empty[s], 1);
+    if constexpr (Traits::kDQByTma) {
+      for (int s = 0; s < Traits::kDQStages; ++s) {
+        cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_full[s], Traits::kNConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_empty[s], 1);
+      }
     }
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  auto sm = bwd_smem_tensors<Traits>(ss);
+  auto sm = bwd_smem<Traits>(ss);
   // Scratch rows of this (batch, head): lse_log2 / delta (seqlen_q_rounded,) float32.
   const int64_t scratch_row0 = (int64_t(batch) * p.nheads + head) * p.seqlen_q_rounded;
 
   if (wg == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (m_max <= m_min) { return; }
-    if (threadIdx.x == 32) {
-      Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
-      Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
-      bwd_store_dq<Traits>(sm, kp.tma_dq, gdQ, m_min, m_max);
-      return;
+    if constexpr (Traits::kDQByTma) {
+      if (threadIdx.x == 32) {
+        Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
+        Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
+        bwd_store_dq<Traits>(sm, kp.tma_dq, gdQ, m_min, m_max);
+        return;
+      }
     }
     if (threadIdx.x != 0) { return; }
     using RowsD = Shape<Int<kM>, Int<kD>>;
@@ -208,21 +285,25 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
-  using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
-  Tensor tdKrdK = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});  // ((2,2,d/8),1,1) fp32
-  Tensor tdVrdV = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});
-  clear(tdKrdK);
-  clear(tdVrdV);
-  if (m_max > m_min) {
-    cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
-    BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
-                                      p.seqlen_k, p.scale_log2);
+  if constexpr (Traits::kRoleSplit) {
+    bwd_consumer_split<Traits, kCausal>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0);
+  } else {
+    using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
+    Tensor tdKrdK = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});  // ((2,2,d/8),1,1) fp32
+    Tensor tdVrdV = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});
+    clear(tdKrdK);
+    clear(tdVrdV);
+    if (m_max > m_min) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
+      BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
+                                        p.seqlen_k, p.scale_log2);
+    }
+    const int key0 = n0 + Traits::kWGKeys * cwg;
+    Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
+    Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
+    store_dkv<Traits>(tdKrdK, p.softmax_scale, dk, p.dk_row_stride, key0, p.seqlen_k, tid);
+    store_dkv<Traits>(tdVrdV, 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);
   }
-  const int key0 = n0 + Traits::kWGKeys * cwg;
-  Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
-  Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
-  store_dkv<Traits>(tdKrdK, p.softmax_scale, dk, p.dk_row_stride, key0, p.seqlen_k, tid);
-  store_dkv<Traits>(tdVrdV, 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);
 }
 
 }  // namespace flash::sm90

@@ -25,8 +25,9 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-// Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones).
-enum class BwdBarrier : uint32_t { kDSReady = 0 };
+// Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones);
+// kPReady: the role-split tile's P^T hand-over (bwd_mainloop_split.h).
+enum class BwdBarrier : uint32_t { kDSReady = 0, kPReady = 1 };
 
 // Key rows k, query columns i of S^T (rowcol view) get -inf where key n0 + k is not visible to
 // query m0 + i: past seqlen_k, or (causal) right of the bottom-right-aligned diagonal.

@@ -1,8 +1,11 @@
-// Tile choice of the sm90 backward per head dim (two consumer warpgroups of 64 keys: kBlockN = 128).
+// Tile choice of the sm90 backward per head dim (d = 64, 128: two consumer warpgroups of 64 keys, kBlockN = 128).
 // Numbers: H200, bf16, TFLOP/s (benchmarks/NOTES.md, "Hopper backward (issue 12)"), as measured.
 #pragma once
 
+#include <type_traits>
+
 #include "bwd_traits.h"
+#include "bwd_traits_split.h"
 
 namespace flash::sm90 {
 
@@ -27,7 +30,20 @@ struct BwdTile<128> {
   static constexpr int kStages = 2;
 };
 
+// d = 256: the role-split tile (bwd_traits_split.h): 64 keys per CTA, consumer 0 S^T / P^T / dV,
+// consumer 1 dP^T / dS^T / dK, dQ halves by atomics. 64 query rows, 2 stages: Q, dO 2 x 2 x 32 KB,
+// K, V 2 x 32 KB, dS 8 KB, sP fp32 16 KB = 217 KB. The two-consumers-of-64-keys tile of d = 64 / 128
+// needs dK + dV = 256 fp32 registers per thread here; FA3's 64 x 80 (S = Q K^T non-swapped, P and dS
+// through shared memory, dK/dV swapAB, dQ by atomics) splits every GEMM between the warpgroups.
+template <>
+struct BwdTile<256> {
+  static constexpr int kBlockM = 64;
+  static constexpr int kStages = 2;
+};
+
 template <typename Element, int kHeadDim>
-using BwdTraitsFor = BwdTraits<kHeadDim, BwdTile<kHeadDim>::kBlockM, 128, BwdTile<kHeadDim>::kStages, Element>;
+using BwdTraitsFor =
+    std::conditional_t<kHeadDim == 256, BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::kBlockM, BwdTile<kHeadDim>::kStages, Element>,
+                       BwdTraits<kHeadDim, BwdTile<kHeadDim>::kBlockM, 128, BwdTile<kHeadDim>::kStages, Element>>;
 
 }  // namespace flash::sm90

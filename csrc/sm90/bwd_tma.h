@@ -43,11 +43,25 @@ auto make_tma_dq_accum(const BwdParams& p) {
                        Shape<Int<Traits::kBlockM>, Int<kD>>{});
 }
 
+// The dQ reduce-add descriptor where the tile has one (Traits::kDQByTma), else an empty stand-in
+// (the role-split tile adds dQ with atomics).
+struct NoTmaDQ {};
+template <class Traits, bool = Traits::kDQByTma>
+struct BwdTmaDQ {
+  using Atom = decltype(make_tma_dq_accum<Traits>(std::declval<const BwdParams&>()));
+  static Atom make(const BwdParams& p) { return make_tma_dq_accum<Traits>(p); }
+};
+template <class Traits>
+struct BwdTmaDQ<Traits, false> {
+  using Atom = NoTmaDQ;
+  static Atom make(const BwdParams&) { return {}; }
+};
+
 template <class Traits>
 struct BwdTma {
   using AtomQ = decltype(make_tma_qdo<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
   using AtomKV = decltype(make_tma_kv_bwd<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
-  using AtomDQ = decltype(make_tma_dq_accum<Traits>(std::declval<const BwdParams&>()));
+  using AtomDQ = typename BwdTmaDQ<Traits>::Atom;
 
   struct Params {
     AtomQ tma_q;
@@ -63,7 +77,7 @@ struct BwdTma {
             make_tma_qdo<Traits>(p.do_ptr, p, p.do_row_stride, p.do_head_stride, p.do_batch_stride),
             make_tma_kv_bwd<Traits>(p.k_ptr, p, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
             make_tma_kv_bwd<Traits>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
-            make_tma_dq_accum<Traits>(p),
+            BwdTmaDQ<Traits>::make(p),
             p};
   }
 };

@@ -29,13 +29,56 @@ namespace flash::sm90 {
 
 using namespace cute;
 
+// The operand tiles every sm90 backward tile shares (bwd_traits_split.h is the other user): Q, dO
+// (q, d, stage) K-major with their transposed views, K, V (keys, d) with K^T, the Q/dO pipelines and
+// the TMA byte counts. kKSwizzle64: K, V in the 64-byte swizzle (a 32-column dQ B slice needs it).
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_, bool kKSwizzle64>
+struct BwdOperandSmem {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per step of the loop
+  static constexpr int kBlockN = kBlockN_;  // keys per CTA
+  static constexpr int kStages = kStages_;  // Q and dO pipelines each
+  static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
+  static_assert(sizeof(Element) == 2, "16-bit inputs only");
+
+  // 128-byte swizzle, contiguous dim last in the shape's order of the K-major atoms.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutDO = SmemLayoutQ;
+  // Q^T / dO^T (d, q, stage): the same bytes viewed with the row index second (B of dK, dV).
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemAtomK = std::conditional_t<kKSwizzle64, GMMA::Layout_K_SW64_Atom<Element>, SmemAtom>;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutV = SmemLayoutK;
+  using SmemLayoutKt = decltype(composition(SmemLayoutK{},
+                                            make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename cutlass::PipelineState<kStages>;
+
+  // Q + its LSE_log2 rows, dO + its delta rows (params.h BwdParams scratch) per stage.
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element) + kBlockM * sizeof(float);
+  static constexpr uint32_t kTmaBytesKV = 2 * kBlockN * kHeadDim * sizeof(Element);
+};
+
+// dQ (kBlockM x d) split between the consumers of BwdTraits: by rows when kBlockM = 128, else by columns.
+template <int kHeadDim, int kBlockM>
+inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
+
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_>
-struct BwdTraits {
+struct BwdTraits
+    : BwdOperandSmem<kHeadDim_, kBlockM_, kBlockN_, kStages_, Element_, kBwdDQCols<kHeadDim_, kBlockM_> % 64 != 0> {
+  using Base = BwdOperandSmem<kHeadDim_, kBlockM_, kBlockN_, kStages_, Element_,
+                              kBwdDQCols<kHeadDim_, kBlockM_> % 64 != 0>;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // query rows per step of the loop
   static constexpr int kBlockN = kBlockN_;  // keys per CTA: 2 consumer warpgroups x 64
   static constexpr int kStages = kStages_;  // Q and dO pipelines each
+  static constexpr bool kRoleSplit = false; // both consumers run the same steps on their own keys
+  static constexpr bool kDQByTma = true;    // sdQ + the dQ writer warp's TMA reduce-add
   static constexpr int kDSStages = 2;       // sdS buffers: block m + 1 writes dS while m's dQ GEMM may read
   static constexpr int kDQStages = 2;       // sdQ buffers: block m + 1 writes dQ while m's reduce reads
   static constexpr int kNConsumerWG = 2;
@@ -47,13 +90,11 @@ struct BwdTraits {
   // dQ (kBlockM x d) split between the consumers: by rows when kBlockM = 128, else by columns.
   static constexpr bool kDQSplitRows = kBlockM == 128;
   static constexpr int kDQRows = kDQSplitRows ? 64 : kBlockM;
-  static constexpr int kDQCols = kDQSplitRows ? kHeadDim : kHeadDim / 2;
+  static constexpr int kDQCols = kBwdDQCols<kHeadDim, kBlockM>;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM is the N of the S^T wgmma and one or two dQ row blocks");
-  static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
   static_assert(kDQCols % 64 == 0 || kDQCols == 32, "dQ column split at whole swizzle atoms of K");
-  static_assert(sizeof(Element) == 2, "16-bit inputs only");
 
   using TileSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T per consumer
   using TileKV = Shape<Int<kWGKeys>, Int<kHeadDim>, Int<kBlockM>>;   // dK, dV per consumer
@@ -64,20 +105,15 @@ struct BwdTraits {
   using MmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, TileDQ, GMMA::Major::K, GMMA::Major::MN>()));
 
-  // 128-byte swizzle, contiguous dim last in the shape's order of the K-major atoms.
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemLayoutDO = SmemLayoutQ;
-  // Q^T / dO^T (d, q, stage): the same bytes viewed with the row index second (B of dK, dV).
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemAtom = typename Base::SmemAtom;
+  using SmemLayoutQ = typename Base::SmemLayoutQ;
+  using SmemLayoutDO = typename Base::SmemLayoutDO;
+  using SmemLayoutQt = typename Base::SmemLayoutQt;
   // K is also B of dQ = dS K, read MN-major in column slices of kDQCols: 32-column slices (d = 64 with
   // kBlockM = 64) need the 64-byte swizzle, whose atoms are 32 elements wide.
-  using SmemAtomK = std::conditional_t<kDQCols % 64 == 0, SmemAtom, GMMA::Layout_K_SW64_Atom<Element>>;
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  using SmemLayoutV = SmemLayoutK;
-  using SmemLayoutKt = decltype(composition(SmemLayoutK{},
-                                            make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  using SmemLayoutK = typename Base::SmemLayoutK;
+  using SmemLayoutV = typename Base::SmemLayoutV;
+  using SmemLayoutKt = typename Base::SmemLayoutKt;
   // dS (q, keys, stage), keys contiguous: A of dQ = dS K; written through its transpose (keys, q, stage).
   using SmemLayoutDS =
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSStages>>{}));
@@ -87,12 +123,10 @@ struct BwdTraits {
   using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{},
                                               Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
 
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename cutlass::PipelineState<kStages>;
-
-  // Q + its LSE_log2 rows, dO + its delta rows (params.h BwdParams scratch) per stage.
-  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element) + kBlockM * sizeof(float);
-  static constexpr uint32_t kTmaBytesKV = 2 * kBlockN * kHeadDim * sizeof(Element);
+  using Pipeline = typename Base::Pipeline;
+  using PipelineState = typename Base::PipelineState;
+  static constexpr uint32_t kTmaBytesQ = Base::kTmaBytesQ;
+  static constexpr uint32_t kTmaBytesKV = Base::kTmaBytesKV;
 
   struct SharedStorage {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;

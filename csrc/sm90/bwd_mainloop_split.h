@@ -1,0 +1,213 @@
+// Consumer mainloop of the sm90 backward's role-split tile (bwd_traits_split.h has the GEMMs and the
+// budgets): consumer 0 computes S^T, P^T and dV, consumer 1 dP^T, dS^T and dK, each half of dQ, for
+// the CTA's 64 keys against the query blocks [m_min, m_max). Per block m (Q and dO stage s):
+//   consumer 0: S^T issued, waited; Q released; mask, P^T; P^T fp32 to sP; arrive kPReady; P^T bf16;
+//               dV += P^T dO issued; sync kDSReady; dQ half 0 issued; dV, dQ waited; dO released;
+//               dQ half 0 added to dq_accum (red.global.add.v2.f32).
+//   consumer 1: dP^T issued, waited; sync kPReady; P^T from sP, dS^T = P^T (dP^T - D); dO released;
+//               dS^T bf16 to sdS; fence; sync kDSReady; dK += dS^T Q and dQ half 1 issued, waited;
+//               Q released; dQ half 1 added to dq_accum.
+// Hazards (one sP and one sdS buffer): consumer 0 writes sP of block m + 1 after kDSReady of block m,
+// which consumer 1 reaches only after reading sP of block m. Consumer 1 writes sdS of block m + 1
+// after kPReady of block m + 1, which consumer 0 arrives at only after its dQ GEMM of block m
+// completed (it waits on it in block m), and after its own dQ, dK GEMMs of block m completed. The
+// named barriers cannot run ahead a generation: consumer 0 arrives at kPReady of block m + 1 only
+// after kDSReady of block m, which needs consumer 1 past kPReady of block m.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "bwd_mainloop.h"  // mask_st, BwdBarrier
+#include "fwd_layouts.h"
+#include "wg_gemm.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// One consumer's dQ part (kDQRows x kDQCols, columns from col0) added into the row-major fp32
+// dq_accum rows of this (batch, head) from query row m0: one 8-byte vector reduction per column pair.
+// Addresses are the thread's first element plus compile-time offsets (the accumulator layout of
+// fwd_layouts.h: rows +8 r, columns +8 j): with a per-element 64-bit address ptxas hoisted all 32 of
+// them out of the query loop and spilled (168 B).
+template <class Traits, class TensorR>
+CUTE_DEVICE void red_dq(TensorR const& acc, float* dq_rows, int m0, int col0, int tid) {
+  constexpr int kD = Traits::kHeadDim;
+  typename Traits::MmaDQ mma_dq;
+  auto thr = mma_dq.get_thread_slice(tid);
+  Tensor coords = thr.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileDQ{})));
+  Tensor rc = make_tensor(acc.data(), acc_rowcol(acc.layout()));  // (rows (2, 1), cols (2, kDQCols/8, 1))
+  static_assert(decltype(size<0>(rc))::value == 2 && decltype(size<1>(rc))::value == Traits::kDQCols / 4,
+                "one 64-row wgmma accumulator: rows {r, r + 8}, column pairs every 8");
+  float* base = dq_rows + int64_t(m0 + get<0>(coords(0))) * kD + col0 + get<1>(coords(0));
+  CUTE_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(rc); c += 2) {
+      // row < seqlen_q_rounded (bwd_supports: a multiple of 128), column even: 8-byte aligned.
+      atomicAdd(reinterpret_cast<float2*>(base + 8 * r * kD + 8 * (c / 2)), make_float2(rc(r, c), rc(r, c + 1)));
+    }
+  }
+}
+
+template <class Traits, bool kCausal>
+struct BwdMainloopSplit {
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kD = Traits::kHeadDim;
+  static constexpr uint32_t kBoth = Traits::kNConsumerThreads;
+
+  // dQ half `cwg` of block m: dS (sdS) times K^T columns [cwg kDQCols, ...), zero-initialised, issued.
+  template <class Smem, class TensorDQ>
+  CUTE_DEVICE static void issue_dq(Smem const& sm, TensorDQ& tdQrdQ, int cwg, int tid) {
+    typename Traits::MmaDQ mma_dq;
+    auto thr_dq = mma_dq.get_thread_slice(tid);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sm.ds);  // (MMA, 1, kBlockN/16)
+    Tensor tdQrKt = thr_dq.partition_fragment_B(
+        local_tile(sm.kt, Shape<Int<Traits::kDQCols>, Int<kBlockN>>{}, make_coord(cwg, _0{})));
+    wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+  }
+
+  // Consumer 0: S^T, P^T (to sP for consumer 1), dV += P^T dO, dQ half 0. tdVrdV: (64 keys, d) fp32.
+  // Shared tiles as in bwd_mainloop.h; sp: (kPValues / 4 x 128) float4; dq_rows: dq_accum rows.
+  template <class Smem, class TensorDV>
+  CUTE_DEVICE static void run_p_dv(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDV& tdVrdV,
+                                   int tid, int n0, int m_min, int m_max, int seqlen_q, int seqlen_k,
+                                   float scale_log2, float* dq_rows) {
+    typename Traits::MmaSdP mma_sdp;
+    typename Traits::MmaKV mma_kv;
+    auto thr_sdp = mma_sdp.get_thread_slice(tid);
+    auto thr_kv = mma_kv.get_thread_slice(tid);
+    Tensor tSrK = thr_sdp.partition_fragment_A(sm.k);      // (MMA, 1, d/16)
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sm.q);      // (MMA, 1, d/16, stages)
+    Tensor tdVrdOt = thr_kv.partition_fragment_B(sm.dot);  // (MMA, 1, kBlockM/16, stages)
+    using TileS = decltype(select<0, 1>(typename Traits::TileSdP{}));
+    Tensor tSrS = partition_fragment_C(mma_sdp, TileS{});  // ((2,2,kBlockM/8),1,1) fp32: S^T, then P^T
+    Tensor rP = make_tensor<Element>(tSrS.layout());
+    Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor tdQrdQ = partition_fragment_C(typename Traits::MmaDQ{}, select<0, 1>(typename Traits::TileDQ{}));
+    Tensor s = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));  // (keys, q)
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+    float4* sp = reinterpret_cast<float4*>(sm.p);
+    constexpr int kP4 = Traits::kPValues / 4;
+    static_assert(decltype(size(tSrS))::value == Traits::kPValues);
+
+    PipelineState st_q, st_do;
+#pragma unroll 1
+    for (int m = m_min; m < m_max; ++m) {
+      const int m0 = m * kBlockM;
+      pipe_q.consumer_wait(st_q);
+      wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      const bool need_mask = n0 + kBlockN > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+      if (need_mask) { mask_st<kCausal>(s, tScS_rc, n0, m0, seqlen_q, seqlen_k); }
+      const float* lse = sm.lse_log2 + st_q.index() * kBlockM;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        const float l = lse[get<1>(tScS_rc(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
+      }
+      pipe_q.consumer_release(st_q);  // S^T and the LSE rows were this warpgroup's reads of the Q stage
+      ++st_q;
+      CUTE_UNROLL
+      for (int j = 0; j < kP4; ++j) {
+        sp[j * 128 + tid] = make_float4(tSrS(4 * j), tSrS(4 * j + 1), tSrS(4 * j + 2), tSrS(4 * j + 3));
+      }
+      cutlass::arch::NamedBarrier::arrive(kBoth, uint32_t(BwdBarrier::kPReady));
+      CUTE_UNROLL
+      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      pipe_do.consumer_wait(st_do);
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
+      cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
+      issue_dq(sm, tdQrdQ, 0, tid);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe_do.consumer_release(st_do);  // dV has read dO
+      ++st_do;
+      red_dq<Traits>(tdQrdQ, dq_rows, m0, 0, tid);
+    }
+  }
+
+  // Consumer 1: dP^T, dS^T (P^T from sP; to sdS), dK += dS^T Q, dQ half 1. tdKrdK: (64 keys, d) fp32.
+  template <class Smem, class TensorDK>
+  CUTE_DEVICE static void run_ds_dk(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
+                                    int tid, int m_min, int m_max, float* dq_rows) {
+    typename Traits::MmaSdP mma_sdp;
+    typename Traits::MmaKV mma_kv;
+    auto thr_sdp = mma_sdp.get_thread_slice(tid);
+    auto thr_kv = mma_kv.get_thread_slice(tid);
+    Tensor tdPrV = thr_sdp.partition_fragment_A(sm.v);        // (MMA, 1, d/16)
+    Tensor tdPrdO = thr_sdp.partition_fragment_B(sm.dout);    // (MMA, 1, d/16, stages)
+    Tensor tdKrQt = thr_kv.partition_fragment_B(sm.qt);       // (MMA, 1, kBlockM/16, stages)
+    using TileS = decltype(select<0, 1>(typename Traits::TileSdP{}));
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, TileS{});   // dP^T, then dS^T
+    Tensor tPrP = make_tensor<float>(tdPrdP.layout());        // P^T from consumer 0
+    Tensor rdS = make_tensor<Element>(tdPrdP.layout());
+    Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+    Tensor tdQrdQ = partition_fragment_C(typename Traits::MmaDQ{}, select<0, 1>(typename Traits::TileDQ{}));
+    Tensor dp = make_tensor(tdPrdP.data(), acc_rowcol(tdPrdP.layout()));  // (keys, q)
+    Tensor p = make_tensor(tPrP.data(), acc_rowcol(tPrP.layout()));
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+    const float4* sp = reinterpret_cast<const float4*>(sm.p);
+    constexpr int kP4 = Traits::kPValues / 4;
+    // dS^T (keys, q) out with stmatrix.trans (keys contiguous in sdS), shared-space stores.
+    auto r2s_ds = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
+    auto r2s_thr_ds = r2s_ds.get_thread_slice(tid);
+    Tensor tdSrdS = r2s_thr_ds.retile_S(rdS);
+    Tensor tdSsdSt = r2s_thr_ds.partition_D(as_position_independent_swizzle_tensor(sm.dst));
+
+    PipelineState st_q, st_do;
+#pragma unroll 1
+    for (int m = m_min; m < m_max; ++m) {
+      const int m0 = m * kBlockM;
+      pipe_do.consumer_wait(st_do);
+      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdPrdP);
+      cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kPReady));
+      CUTE_UNROLL
+      for (int j = 0; j < kP4; ++j) {
+        const float4 v = sp[j * 128 + tid];
+        tPrP(4 * j) = v.x;
+        tPrP(4 * j + 1) = v.y;
+        tPrP(4 * j + 2) = v.z;
+        tPrP(4 * j + 3) = v.w;
+      }
+      const float* delta = sm.delta + st_do.index() * kBlockM;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(dp); ++c) {
+        const float dd = delta[get<1>(tScS_rc(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = p(r, c) * (dp(r, c) - dd); }
+      }
+      pipe_do.consumer_release(st_do);  // dP^T and the delta rows were this warpgroup's reads of the dO stage
+      ++st_do;
+      CUTE_UNROLL
+      for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
+      copy(r2s_ds, tdSrdS, tdSsdSt);
+      cutlass::arch::fence_view_async_shared();  // wgmma (async proxy) reads what stmatrix wrote
+      cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
+      pipe_q.consumer_wait(st_q);
+      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+      issue_dq(sm, tdQrdQ, 1, tid);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe_q.consumer_release(st_q);  // dK has read Q
+      ++st_q;
+      red_dq<Traits>(tdQrdQ, dq_rows, m0, Traits::kDQCols, tid);
+    }
+  }
+};
+
+}  // namespace flash::sm90
