@@ -1,5 +1,5 @@
-// The persistent sm90 forward (issue 11): fwd_kernel.h's CTA of 384 threads (producer warpgroup,
-// two consumer warpgroups of 64 rows) looping over the tiles fwd_scheduler.h gives it, grid =
+// The persistent sm90 forward (issue 11): fwd_kernel.h's CTA (producer warpgroup, kNConsumerWG = 2
+// or 3 consumer warpgroups of 64 rows) looping over the tiles fwd_scheduler.h gives it, grid =
 // persistent_grid(): the next tile's first K block and Q load under the previous tile's epilogue,
 // one prologue (barrier init, setmaxnreg) per CTA instead of per tile.
 //   producer (thread 0): per non-empty tile, K of the first block, then Q of warpgroup c once
@@ -14,10 +14,11 @@
 //     releases nothing (its rows get O = 0, LSE = -inf by plain stores: run_empty).
 //   - Q: the j-th non-empty tile of the CTA waits parity j & 1 of q_full[c] (consumers) and, for
 //     j >= 1, phase j - 1 of q_empty[c] (producer); neither side can get two phases ahead.
-//   - GEMM turns (kOverlap): warpgroup 1 passes warpgroup 0 its first turn once, before the loop
-//     (not warpgroup 0 itself: no warp arrives twice in one barrier generation). Both warpgroups
-//     run the same blocks of the same tiles, each block one wait on the own turn and one pass, so
-//     the pass warpgroup 1 makes in a tile's last block is warpgroup 0's first turn of the next.
+//   - GEMM turns (kOverlap): one token circulates 0 -> 1 (-> 2) -> 0. The last warpgroup passes
+//     warpgroup 0 its first turn once, before the loop (not warpgroup 0 itself: no warp arrives
+//     twice in one barrier generation). All warpgroups run the same blocks of the same tiles, each
+//     block one wait on the own turn and one pass, so the pass the last warpgroup makes in a tile's
+//     last block is warpgroup 0's first turn of the next.
 //   - __syncwarp() at the top of each consumer tile: thread 0's q_empty / TMA-store branch of the
 //     last tile must not leave warp 0 diverged at the next tile's aligned bar.sync and wgmma.
 // Only built with FLASH_ATTN_CUDA_SM90_PERSISTENT (fwd_launch.h); the default launch is fwd_kernel.h.
@@ -56,7 +57,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kD = Traits::kHeadDim;
   constexpr int kWGRows = Traits::kWGRows;
   constexpr int kNWG = Traits::kNConsumerWG;
-  static_assert(kNWG == 2, "the GEMM-turn hand-over below is written for two consumer warpgroups");
 
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
