@@ -2,9 +2,9 @@
 them in parallel, plus build_config.h telling the dispatcher what exists. One table drives it all.
 Families (tools/build_config.py): sm80 (every direction; files fwd_*, bwd_*, decode_*, kvcache_*)
 and sm90 (the Hopper forward and backward, sm90_fwd_* / sm90_bwd_*; compiled for sm_90a alone:
-source_family() names them). The sm90 forward's dropout variant has files of its own
-(sm90_fwd_hdim<d>_<dtype>_dropout.cu, with the feature kernels: FLASH_ATTN_CUDA_FEATURES), so the plain
-units compile exactly as without it.
+source_family() names them). The sm90 forward's and backward's dropout variants have files of their own
+(sm90_fwd_hdim<d>_<dtype>_dropout.cu, sm90_bwd_hdim<d>_<dtype>_dropout.cu, with the feature kernels:
+FLASH_ATTN_CUDA_FEATURES), so the plain units compile exactly as without them.
 
     python tools/gen_instantiations.py [--hdims 64,128] [--dtypes bf16]   (defaults: env flags)
 """
@@ -36,6 +36,7 @@ KERNELS = {
 # their own per (head dim, dtype), <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels.
 VARIANTS = {
     ("sm90", "fwd"): {"dropout": "true"},
+    ("sm90", "bwd"): {"dropout": "true"},
 }
 # direction -> (launch header, entry point, params struct) of the sm80 family (per-dtype files use it)
 DIRECTIONS = {direction: row[:3] for (family, direction), row in KERNELS.items() if family == "sm80"}
@@ -98,12 +99,14 @@ def per_dtype_source(direction: str, dtype: str) -> str:
 
 
 def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hdims: tuple[int, ...] = (),
-                        sm90_dropout_hdims: tuple[int, ...] = (), sm90_bwd_hdims: tuple[int, ...] = ()) -> str:
+                        sm90_dropout_hdims: tuple[int, ...] = (), sm90_bwd_hdims: tuple[int, ...] = (),
+                        sm90_bwd_dropout_hdims: tuple[int, ...] = ()) -> str:
     hdim_list = " ".join(f"X({d})" for d in sorted(hdims))
     dtype_list = " ".join(f"X({DTYPES[t][0]}, {DTYPES[t][1]})" for t in dtypes)
     sm90_list = " ".join(f"X({d})" for d in sorted(sm90_hdims))
     sm90_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_dropout_hdims))
     sm90_bwd_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_hdims))
+    sm90_bwd_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_dropout_hdims))
     return (f"{HEADER}#pragma once\n\n"
             f"// X(head_dim) for every compiled head dim, increasing.\n"
             f"#define FLASH_FOR_EACH_HDIM(X) {hdim_list}\n"
@@ -116,7 +119,9 @@ def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hd
             f"#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) {sm90_dropout_list}\n"
             f"// X(head_dim) for every head dim the sm90 backward family compiled; empty without 90a or\n"
             f"// without the backward.\n"
-            f"#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) {sm90_bwd_list}\n")
+            f"#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) {sm90_bwd_list}\n"
+            f"// X(head_dim) of those whose dropout variant was compiled (with the feature kernels).\n"
+            f"#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) {sm90_bwd_dropout_list}\n")
 
 
 def _write_if_changed(path: pathlib.Path, text: str) -> None:
@@ -159,7 +164,8 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
     sm90_hdims = family_head_dims("sm90", "fwd", hdims) if "sm90" in families else ()
     sm90_bwd_hdims = family_head_dims("sm90", "bwd", hdims) if "sm90" in families and "bwd" in directions else ()
     _write_if_changed(out / "build_config.h", build_config_header(tuple(hdims), tuple(dtypes), sm90_hdims,
-                                                                  sm90_hdims if features else (), sm90_bwd_hdims))
+                                                                  sm90_hdims if features else (), sm90_bwd_hdims,
+                                                                  sm90_bwd_hdims if features else ()))
     return sources
 
 

@@ -8,6 +8,10 @@
 // The pre-pass (delta, LSE_log2 into the padded scratch) and the dQ conversion are the sm80
 // family's (bwd_kernel.h, launched by launch_bwd around this kernel): dq_accum is the same buffer.
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
+// kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h), a variant of its
+// own (instantiations/sm90_bwd_*_dropout.cu); its mask words (BwdDropoutT::kWords per consumer
+// warpgroup) follow SharedStorage in dynamic shared memory (kDropoutSmemBytes), so the plain
+// kernel's storage and code are as without it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,7 +19,9 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "../dropout.h"
 #include "../params.h"
+#include "bwd_dropout.h"
 #include "bwd_mainloop.h"
 #include "bwd_tma.h"
 #include "fwd_layouts.h"
@@ -113,7 +119,11 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gd
   tma_store_wait<0>();  // shared memory stays valid until the last reduce read it
 }
 
-template <class Traits, bool kCausal>
+// The mask words after SharedStorage (kDropout): 512 B per consumer warpgroup.
+template <class Traits>
+constexpr int kDropoutSmemBytes = Traits::kNConsumerWG * BwdDropoutT::kWords * int(sizeof(uint32_t));
+
+template <class Traits, bool kCausal, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_kernel(CUTE_GRID_CONSTANT typename BwdTma<Traits>::Params const kp) {
   using Element = typename Traits::Element;
@@ -215,14 +225,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   clear(tdVrdV);
   if (m_max > m_min) {
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
-    BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
-                                      p.seqlen_k, p.scale_log2);
+    if constexpr (kDropout) {
+      static_assert(sizeof(Storage) % 16 == 0, "the mask words are read 16 bytes at a time");
+      uint32_t* smask = reinterpret_cast<uint32_t*>(smem_raw + sizeof(Storage)) + BwdDropoutT::kWords * cwg;
+      BwdMainloop<Traits, kCausal, true>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max,
+                                              p.seqlen_q, p.seqlen_k, p.scale_log2,
+                                              BwdDropoutArgs{&p, batch, head, smask});
+    } else {
+      BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
+                                        p.seqlen_k, p.scale_log2);
+    }
   }
   const int key0 = n0 + Traits::kWGKeys * cwg;
   Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
   Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
   store_dkv<Traits>(tdKrdK, p.softmax_scale, dk, p.dk_row_stride, key0, p.seqlen_k, tid);
-  store_dkv<Traits>(tdVrdV, 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);
+  store_dkv<Traits>(tdVrdV, kDropout ? p.rp_dropout : 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);  // dV = (P o M / (1 - p))^T dO
 }
 
 }  // namespace flash::sm90
