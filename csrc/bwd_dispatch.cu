@@ -15,12 +15,24 @@ namespace flash {
 
 // ---- the sm90 family's backward (sm_90a code: pre-pass, main kernel, dQ conversion of its own)
 
+// The backward for this call: with dropout the dropout variant (its own units).
 template <typename Element>
-static auto sm90_bwd_for(int headdim_rounded) -> cudaError_t (*)(const BwdParams&, cudaStream_t) {
-  switch (headdim_rounded) {
+static auto sm90_bwd_for(const BwdParams& params) -> cudaError_t (*)(const BwdParams&, cudaStream_t) {
+  if (needs_dropout(params)) {
+    switch (params.headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return &sm90::run_bwd_<Element, D>;
+    return &sm90::run_bwd_<Element, D, true>;
+      FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+      default:
+        return nullptr;
+    }
+  }
+  switch (params.headdim_rounded) {
+#define FLASH_CASE(D) \
+  case D:             \
+    return &sm90::run_bwd_<Element, D, false>;
     FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:
@@ -28,21 +40,26 @@ static auto sm90_bwd_for(int headdim_rounded) -> cudaError_t (*)(const BwdParams
   }
 }
 
-static bool sm90_bwd_compiled(DType dtype, int headdim_rounded) {
-  bool dtype_built = false, hdim_built = false;
-#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || dtype == DType::ENUM;
+// Whether the build compiled the sm90 backward this call needs: (dtype, head dim), and with dropout
+// the dropout variant (built with the feature kernels).
+static bool sm90_bwd_compiled(const BwdParams& params) {
+  bool dtype_built = false, hdim_built = false, dropout_built = false;
+#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || params.dtype == DType::ENUM;
   FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
-#define FLASH_CASE(D) hdim_built = hdim_built || headdim_rounded == D;
+#define FLASH_CASE(D) hdim_built = hdim_built || params.headdim_rounded == D;
   FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
-  return dtype_built && hdim_built;
+#define FLASH_CASE(D) dropout_built = dropout_built || params.headdim_rounded == D;
+  FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+  return dtype_built && hdim_built && (dropout_built || !needs_dropout(params));
 }
 
 FwdFamily bwd_family(const BwdParams& params) {
   const bool wanted = params.family == FwdFamily::kSm90 ||
                       (kSm90BwdByDefault && params.family == FwdFamily::kAuto && params.dtype == DType::kBFloat16);
-  const bool sm90 = wanted && sm90_bwd_compiled(params.dtype, params.headdim_rounded) && current_device_is_sm90() &&
+  const bool sm90 = wanted && sm90_bwd_compiled(params) && current_device_is_sm90() &&
                     smem_budget_bytes(params) >= kSm90SmemBudgetBytes && sm90::bwd_supports(params);
   return sm90 ? FwdFamily::kSm90 : FwdFamily::kSm80;
 }
@@ -84,7 +101,7 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream, FwdFamily* ran
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE)                                                                   \
   case DType::ENUM:                                                                              \
-    return sm90 ? sm90_bwd_for<TYPE>(params.headdim_rounded)(params, stream) : run_bwd_dtype<TYPE>(params, stream);
+    return sm90 ? sm90_bwd_for<TYPE>(params)(params, stream) : run_bwd_dtype<TYPE>(params, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
     default:

@@ -322,7 +322,7 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     """CI's order: the extension build's generator leaves no sm90 unit (archs 90), then make check-sass
-    with 90a generates them (the forward's plain and dropout units, the backward's) and must compile and check
+    with 90a generates them (the forward's and the backward's plain and dropout units) and must compile and check
     them (make expands a recipe before running it, so
     the check runs in a sub-make that sees the new file). Stand-in nvcc and cuobjdump, no compiler."""
     sys.path.insert(0, str(ROOT / "tests"))
@@ -341,7 +341,8 @@ def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     result = subprocess.run(["make", "--no-print-directory", "check-sass"], cwd=tree, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "check_sass: ok: 3 object(s)" in result.stdout + result.stderr
+    assert "check_sass: ok: 4 object(s)" in result.stdout + result.stderr
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16.o").exists()
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16_dropout.o").exists()
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_bwd_hdim64_bf16.o").exists()
+    assert (tree / "build" / "cpp" / "instantiations" / "sm90_bwd_hdim64_bf16_dropout.o").exists()

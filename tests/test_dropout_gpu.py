@@ -6,7 +6,10 @@ torch.manual_seed; bit-identical deterministic backwards; torch.compile, opcheck
 The forward runs on both kernel families where it matters (the `family` fixture, tests/conftest.py:
 sm80 always, sm90 on a compute capability 9.0 GPU with a 90a build, whose dropout variant serves
 dense calls at d = 64/128/256 without softcap/ALiBi/left window); every call checks which family
-served it. The backward (sm80) regenerates the mask either forward drew, from its rng_state."""
+served it. The backward regenerates the mask either forward drew, from its rng_state: the sm80
+kernels, or with FLASH_ATTN_CUDA_FAMILY=sm90 the Hopper backward's dropout variant (head dims 64/128,
+causal or none, without window/softcap/ALiBi/varlen/deterministic: those stay on sm80), checked by
+last_bwd_family."""
 import itertools
 import math
 
@@ -101,6 +104,63 @@ def test_features_with_dropout(case, family):
         check_dense(q, k, v, 0.25, causal=True, family=family)
     else:
         check_dense(q, k, v, 0.9, family=family)
+
+
+SM90_BWD_HDIMS = [d for d in (64, 128) if d in HDIMS]  # csrc/sm90/bwd_tile_table.h
+
+
+@pytest.fixture
+def sm90_backward(monkeypatch):
+    """FLASH_ATTN_CUDA_FAMILY=sm90 (both directions); skipped where the sm90 backward cannot run."""
+    if not flash_attn_cuda._ops.HAS_SM90 or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 backward needs 90a in the build and a compute capability 9.0 GPU")
+    if not SM90_BWD_HDIMS:
+        pytest.skip("no sm90 backward head dim (64, 128) in this build")
+    monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm90")
+
+
+# sm90 backward tiles: 64 queries per step, 64 keys per consumer warpgroup, 128 per CTA; the Philox
+# chunks are 16 queries x 64 keys (bwd_dropout.h): every edge, and seqlen_q > / < seqlen_k (causal
+# bottom-right).
+SM90_DROPOUT_SEQLENS = [(1, 1), (63, 65), (65, 63), (127, 129), (129, 127), (200, 1000), (1000, 200)]
+
+
+@pytest.mark.parametrize("hdim", SM90_BWD_HDIMS or [64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SM90_DROPOUT_SEQLENS)
+def test_sm90_backward_with_dropout(seqlen_q, seqlen_k, causal, hdim, sm90_backward):
+    """Gradients of the sm90 backward's dropout variant against the reference with the forward's own
+    mask (return_attn_probs), and the sm90 main kernel really ran."""
+    torch.manual_seed(seqlen_q * 3 + seqlen_k + hdim + causal)
+    q, k, v = rand(2, seqlen_q, 3, hdim), rand(2, seqlen_k, 3, hdim), rand(2, seqlen_k, 3, hdim)
+    keep = check_dense(q, k, v, 0.17, causal, family="sm90")
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+    if seqlen_q * seqlen_k >= 10000:  # the mask really drops (a no-op dropout would pass the gradients)
+        assert not keep.all()
+
+
+@pytest.mark.parametrize("hdim", SM90_BWD_HDIMS or [64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("nheads,nheads_k", [(8, 2), (6, 1)])
+def test_sm90_backward_with_dropout_gqa(nheads, nheads_k, causal, hdim, sm90_backward):
+    """GQA: the mask is per query head (dropout.h dropout_rng), dK/dV summed over the group."""
+    torch.manual_seed(nheads + nheads_k + hdim)
+    q, k, v = rand(2, 150, nheads, hdim), rand(2, 333, nheads_k, hdim), rand(2, 333, nheads_k, hdim)
+    check_dense(q, k, v, 0.3, causal, family="sm90")
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+
+
+@pytest.mark.parametrize("case", ["window", "softcap", "deterministic"])
+def test_sm90_backward_leaves_the_rest_of_dropout_to_sm80(case, sm90_backward):
+    """Dropout with an option the sm90 backward lacks runs the sm80 kernels (never an error, never a
+    wrong gradient)."""
+    torch.manual_seed(9)
+    hdim = SM90_BWD_HDIMS[0]
+    q, k, v = rand(2, 150, 4, hdim), rand(2, 260, 2, hdim), rand(2, 260, 2, hdim)
+    opts = {"window": dict(window_size=(70, 20)), "softcap": dict(softcap=8.0),
+            "deterministic": dict(causal=True, deterministic=True)}[case]
+    check_dense(q, k, v, 0.2, family="sm90", sm90_options=case == "deterministic", **opts)
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
 
 
 def test_families_draw_the_same_mask(family):

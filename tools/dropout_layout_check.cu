@@ -4,7 +4,10 @@
 // 64 x kBlockN wgmma accumulator, viewed by sm90::acc_rowcol as the mainloop does): every element of every thread's fragment is visited exactly once, by a
 // Philox call whose counter is the element's own (philox.h dropout_counter), at the byte philox.h
 // assigns it (dropout_slot); and the keep test the kernel makes on that byte (dropout_drop_bits, then
-// byte_sign_mask: its host form, the PRMT's specification) equals dropout_keep for a few thresholds. No GPU needed:
+// byte_sign_mask: its host form, the PRMT's specification) equals dropout_keep for a few thresholds.
+// The sm90 backward's transposed tile (sm90/bwd_dropout.h: keys along the wgmma rows, calls shared
+// through a shared-memory word per thread): every thread's generate, then every thread's read and
+// drop_mask on its S^T fragment against dropout_keep(query, key). No GPU needed:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -Icsrc -I$(python third_party/find_cutlass.py) \
 //        tools/dropout_layout_check.cu -o build/dropout_layout_check && build/dropout_layout_check
 #include <cstdio>
@@ -17,6 +20,8 @@
 #include "dropout.h"
 #include "sm90/fwd_layouts.h"
 #include "sm90/fwd_tile_table.h"
+#include "sm90/bwd_dropout.h"
+#include "sm90/bwd_tile_table.h"
 using namespace cute;
 
 bool same(const flash::PhiloxCounter& a, const flash::PhiloxCounter& b) {
@@ -144,7 +149,58 @@ int check_sm90() {
   return check<typename F::MmaQK, F::kWGRows, F::kBlockN, 1, true>(name, 128);
 }
 
+// The sm90 backward (sm90/bwd_dropout.h): one consumer warpgroup's 64 keys x kBlockM = 64 queries,
+// S^T as the mainloop views it (MmaSdP's accumulator through sm90::acc_rowcol). The 128 words are
+// all generated first (the kernel's warpgroup barrier), then each thread reads its 8.
+template <int D>
+int check_sm90_bwd() {
+  using B = flash::sm90::BwdTraitsFor<cutlass::bfloat16_t, D>;
+  using T = flash::sm90::BwdDropoutT;
+  static_assert(B::kBlockM == T::kQueries && B::kWGKeys == T::kKeys, "the dropout tile is 64 keys x 64 queries");
+  constexpr uint32_t kThresholds[3] = {1, 230, 256};
+  char name[64];
+  std::snprintf(name, sizeof(name), "sm90 bwd dropout d=%d %dx%d keys x queries (per warpgroup)", D, T::kKeys,
+                T::kQueries);
+  // tiles at a few positions (first key, first query: multiples of 64), rng with a carry into the
+  // high base word
+  const int keys0[2] = {0, 64 * 5}, queries0[2] = {0, 64 * 3};
+  int bad = 0, total = 0, dropped = 0;
+  for (int t = 0; t < 4; ++t) {
+    const int key0 = keys0[t / 2], query0 = queries0[t % 2];
+    const flash::DropoutRng rng{0x9E3779B9u + uint32_t(t), 0x12345u, (uint64_t(1) << 32) - 1 + uint64_t(t),
+                                kThresholds[t % 3]};
+    alignas(16) uint32_t words[T::kWords];
+    for (int tid = 0; tid < T::kThreads; ++tid) { words[tid] = T::make_word(rng, tid, key0, query0); }
+    int visits[T::kKeys][T::kQueries] = {};
+    for (int tid = 0; tid < T::kThreads; ++tid) {
+      typename B::MmaSdP mma;
+      auto thr = mma.get_thread_slice(tid);
+      Tensor c = thr.partition_C(make_identity_tensor(Shape<Int<T::kKeys>, Int<T::kQueries>>{}));
+      Tensor rc = make_tensor(c.data(), flash::sm90::acc_rowcol(c.layout()));  // (keys, queries) as the mainloop
+      uint32_t flags[T::kWordsPerThread];
+      T::read(flags, words, tid);
+      for (int r = 0; r < size<0>(rc); ++r)
+        for (int cc = 0; cc < size<1>(rc); ++cc) {
+          const int key = get<0>(rc(r, cc)), query = get<1>(rc(r, cc));
+          const bool kept = T::drop_mask(flags, r, cc) == 0;
+          ++total;
+          dropped += !kept;
+          ++visits[key][query];
+          if (kept != flash::dropout_keep(rng, query0 + query, key0 + key) && bad++ < 5) {
+            std::printf("%s: tile %d tid %d (r %d, cc %d) = key %d query %d: kept %d\n", name, t, tid, r, cc, key,
+                        query, int(kept));
+          }
+        }
+    }
+    for (int k = 0; k < T::kKeys; ++k)
+      for (int q = 0; q < T::kQueries; ++q)
+        if (visits[k][q] != 1 && bad++ < 5) { std::printf("%s: (key %d, query %d) held %d times\n", name, k, q, visits[k][q]); }
+  }
+  std::printf("%s: %d elements checked (%d dropped), %d bad\n", name, total, dropped, bad);
+  return bad + (dropped == 0);  // threshold 1 drops most: a check that never sees a drop proves nothing
+}
+
 int main() {
   return (check_bytes() + check_budget<227>() + check_budget<163>() + check_budget<99>() + check_sm90<64>() +
-          check_sm90<128>() + check_sm90<256>()) != 0;
+          check_sm90<128>() + check_sm90<256>() + check_sm90_bwd<64>() + check_sm90_bwd<128>()) != 0;
 }

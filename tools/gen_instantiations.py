@@ -2,9 +2,9 @@
 them in parallel, plus build_config.h telling the dispatcher what exists. One table drives it all.
 Families (tools/build_config.py): sm80 (every direction; files fwd_*, bwd_*, decode_*, kvcache_*)
 and sm90 (the Hopper forward and backward, sm90_fwd_* / sm90_bwd_*; compiled for sm_90a alone:
-source_family() names them). The sm90 forward's dropout variant has files of its own
-(sm90_fwd_hdim<d>_<dtype>_dropout.cu, with the feature kernels: FLASH_ATTN_CUDA_FEATURES), so the plain
-units compile exactly as without it.
+source_family() names them). The sm90 forward's and backward's dropout variants have files of their own
+(sm90_fwd_hdim<d>_<dtype>_dropout.cu, sm90_bwd_hdim<d>_<dtype>_dropout.cu, with the feature kernels:
+FLASH_ATTN_CUDA_FEATURES), so the plain units compile exactly as without them.
 
     python tools/gen_instantiations.py [--hdims 64,128] [--dtypes bf16]   (defaults: env flags)
 """
@@ -32,10 +32,13 @@ KERNELS = {
     ("sm90", "fwd"): ("sm90/fwd_launch.h", "flash::sm90::run_fwd_", "FwdParams", build_config.SM90_HEAD_DIMS),
     ("sm90", "bwd"): ("sm90/bwd_launch.h", "flash::sm90::run_bwd_", "BwdParams", build_config.SM90_BWD_HEAD_DIMS),
 }
-# (family, direction) -> {variant: the entry point's extra template arguments}: variants with a unit of
-# their own per (head dim, dtype), <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels.
+# (family, direction) -> {variant: (the entry point's extra template arguments, head dims or None for
+# every one the row builds)}: variants with a unit of their own per (head dim, dtype),
+# <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels. The sm90 backward's d = 256
+# (the role-split tile, sm90/bwd_traits_split.h) has no dropout variant: those calls run sm80.
 VARIANTS = {
-    ("sm90", "fwd"): {"dropout": "true"},
+    ("sm90", "fwd"): {"dropout": ("true", None)},
+    ("sm90", "bwd"): {"dropout": ("true", (64, 128))},
 }
 # direction -> (launch header, entry point, params struct) of the sm80 family (per-dtype files use it)
 DIRECTIONS = {direction: row[:3] for (family, direction), row in KERNELS.items() if family == "sm80"}
@@ -73,6 +76,12 @@ def family_head_dims(family: str, direction: str, hdims) -> tuple[int, ...]:
     return tuple(d for d in sorted(hdims) if only is None or d in only)
 
 
+def variant_head_dims(family: str, direction: str, variant: str, hdims) -> tuple[int, ...]:
+    """The built head dims of (family, direction) that get the variant's unit."""
+    only = VARIANTS[(family, direction)][variant][1]
+    return tuple(d for d in family_head_dims(family, direction, hdims) if only is None or d in only)
+
+
 def smem_budgets(family: str, direction: str, hdim: int) -> tuple[int, ...]:
     """The extra budget rows (KB) of (direction, hdim) that get a file of their own."""
     return SMEM_TILES.get((direction, hdim), ()) if family == "sm80" else ()
@@ -83,7 +92,7 @@ def instantiation_source(direction: str, hdim: int, dtype: str, family: str = "s
     header, entry, params, _ = KERNELS[(family, direction)]
     element = DTYPES[dtype][1]
     budget = f", {budget_kb}" if budget_kb else ""
-    extra = f", {VARIANTS[(family, direction)][variant]}" if variant else ""
+    extra = f", {VARIANTS[(family, direction)][variant][0]}" if variant else ""
     return (f"{HEADER}#include \"../{header}\"\n\n"
             f"template cudaError_t {entry}<{element}, {hdim}{budget}{extra}>(const flash::{params}&, cudaStream_t);\n")
 
@@ -98,12 +107,14 @@ def per_dtype_source(direction: str, dtype: str) -> str:
 
 
 def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hdims: tuple[int, ...] = (),
-                        sm90_dropout_hdims: tuple[int, ...] = (), sm90_bwd_hdims: tuple[int, ...] = ()) -> str:
+                        sm90_dropout_hdims: tuple[int, ...] = (), sm90_bwd_hdims: tuple[int, ...] = (),
+                        sm90_bwd_dropout_hdims: tuple[int, ...] = ()) -> str:
     hdim_list = " ".join(f"X({d})" for d in sorted(hdims))
     dtype_list = " ".join(f"X({DTYPES[t][0]}, {DTYPES[t][1]})" for t in dtypes)
     sm90_list = " ".join(f"X({d})" for d in sorted(sm90_hdims))
     sm90_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_dropout_hdims))
     sm90_bwd_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_hdims))
+    sm90_bwd_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_dropout_hdims))
     return (f"{HEADER}#pragma once\n\n"
             f"// X(head_dim) for every compiled head dim, increasing.\n"
             f"#define FLASH_FOR_EACH_HDIM(X) {hdim_list}\n"
@@ -116,7 +127,9 @@ def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hd
             f"#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) {sm90_dropout_list}\n"
             f"// X(head_dim) for every head dim the sm90 backward family compiled; empty without 90a or\n"
             f"// without the backward.\n"
-            f"#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) {sm90_bwd_list}\n")
+            f"#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) {sm90_bwd_list}\n"
+            f"// X(head_dim) of those whose dropout variant was compiled (with the feature kernels).\n"
+            f"#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) {sm90_bwd_dropout_list}\n")
 
 
 def _write_if_changed(path: pathlib.Path, text: str) -> None:
@@ -145,6 +158,8 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
                     _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, kb))
                     sources.append(str(path))
                 for variant in VARIANTS.get((family, direction), {}) if features else ():
+                    if hdim not in variant_head_dims(family, direction, variant, hdims):
+                        continue
                     path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}_{variant}.cu"
                     _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, variant=variant))
                     sources.append(str(path))
@@ -158,8 +173,10 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
             stale.unlink()
     sm90_hdims = family_head_dims("sm90", "fwd", hdims) if "sm90" in families else ()
     sm90_bwd_hdims = family_head_dims("sm90", "bwd", hdims) if "sm90" in families and "bwd" in directions else ()
+    sm90_dropout = variant_head_dims("sm90", "fwd", "dropout", hdims) if features and sm90_hdims else ()
+    sm90_bwd_dropout = variant_head_dims("sm90", "bwd", "dropout", hdims) if features and sm90_bwd_hdims else ()
     _write_if_changed(out / "build_config.h", build_config_header(tuple(hdims), tuple(dtypes), sm90_hdims,
-                                                                  sm90_hdims if features else (), sm90_bwd_hdims))
+                                                                  sm90_dropout, sm90_bwd_hdims, sm90_bwd_dropout))
     return sources
 
 

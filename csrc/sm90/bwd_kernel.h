@@ -11,6 +11,10 @@
 // The pre-pass (delta, LSE_log2 into the padded scratch) and the dQ conversion are the sm80
 // family's (bwd_kernel.h, launched by launch_bwd around this kernel): dq_accum is the same buffer.
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
+// kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h), a variant of its
+// own (instantiations/sm90_bwd_*_dropout.cu); its mask words (BwdDropoutT::kWords per consumer
+// warpgroup) follow SharedStorage in dynamic shared memory (kDropoutSmemBytes), so the plain
+// kernel's storage and code are as without it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -18,7 +22,9 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "../dropout.h"
 #include "../params.h"
+#include "bwd_dropout.h"
 #include "bwd_mainloop.h"
 #include "bwd_mainloop_split.h"
 #include "bwd_tma.h"
@@ -186,7 +192,12 @@ CUTE_DEVICE void bwd_consumer_split(Smem const& sm, typename Traits::SharedStora
   }
 }
 
-template <class Traits, bool kCausal>
+
+// The mask words after SharedStorage (kDropout): 512 B per consumer warpgroup.
+template <class Traits>
+constexpr int kDropoutSmemBytes = Traits::kNConsumerWG * BwdDropoutT::kWords * int(sizeof(uint32_t));
+
+template <class Traits, bool kCausal, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_kernel(CUTE_GRID_CONSTANT typename BwdTma<Traits>::Params const kp) {
   using Element = typename Traits::Element;
@@ -286,6 +297,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
   if constexpr (Traits::kRoleSplit) {
+    static_assert(!kDropout, "the role-split tile (d = 256) has no dropout variant: bwd_supports refuses it");
     bwd_consumer_split<Traits, kCausal>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0);
   } else {
     using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
@@ -295,14 +307,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     clear(tdVrdV);
     if (m_max > m_min) {
       cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
-      BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
-                                        p.seqlen_k, p.scale_log2);
+      if constexpr (kDropout) {
+        static_assert(sizeof(Storage) % 16 == 0, "the mask words are read 16 bytes at a time");
+        uint32_t* smask = reinterpret_cast<uint32_t*>(smem_raw + sizeof(Storage)) + BwdDropoutT::kWords * cwg;
+        BwdMainloop<Traits, kCausal, true>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max,
+                                                p.seqlen_q, p.seqlen_k, p.scale_log2,
+                                                BwdDropoutArgs{&p, batch, head, smask});
+      } else {
+        BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
+                                          p.seqlen_k, p.scale_log2);
+      }
     }
     const int key0 = n0 + Traits::kWGKeys * cwg;
     Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
     Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
     store_dkv<Traits>(tdKrdK, p.softmax_scale, dk, p.dk_row_stride, key0, p.seqlen_k, tid);
-    store_dkv<Traits>(tdVrdV, 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);
+    store_dkv<Traits>(tdVrdV, kDropout ? p.rp_dropout : 1.f, dv, p.dv_row_stride, key0, p.seqlen_k, tid);  // dV = (P o M / (1 - p))^T dO
   }
 }
 

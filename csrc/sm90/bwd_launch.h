@@ -14,10 +14,11 @@
 
 namespace flash::sm90 {
 
-template <class Traits, bool kCausal>
+template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStream_t stream) {
-  auto kernel = &bwd_kernel<Traits, kCausal>;
-  constexpr int kSmem = Traits::kSmemBytes;
+  auto kernel = &bwd_kernel<Traits, kCausal, kDropout>;
+  constexpr int kSmem = Traits::kSmemBytes + (kDropout ? kDropoutSmemBytes<Traits> : 0);
+  static_assert(kSmem <= 232448, "the dropout mask words exceed the 227 KB per-block shared memory of sm90");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
   const BwdParams& p = kp.p;
@@ -26,19 +27,24 @@ cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStr
   return cudaGetLastError();
 }
 
-template <class Traits>
+template <class Traits, bool kDropout>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = BwdTma<Traits>::make_params(params);
   const bool causal = params.window_left < 0 && params.window_right == 0;
-  return causal ? launch_bwd_kernel<Traits, true>(kp, stream) : launch_bwd_kernel<Traits, false>(kp, stream);
+  return causal ? launch_bwd_kernel<Traits, true, kDropout>(kp, stream)
+                : launch_bwd_kernel<Traits, false, kDropout>(kp, stream);
 }
 
-template <typename Element, int kHeadDim>
+// kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
+// dropout call on the plain kernel, or the reverse, is an error, never a silent no-op). The pre-pass
+// and the dQ conversion are the same (delta = rowsum(dO o O) of the dropped output, FA2's algebra).
+template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
+  if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   cudaError_t err = launch_bwd_prepass<Element, kHeadDim>(params, stream);
   if (err != cudaSuccess) { return err; }
-  err = launch_bwd_main<BwdTraitsFor<Element, kHeadDim>>(params, stream);
+  err = launch_bwd_main<BwdTraitsFor<Element, kHeadDim>, kDropout>(params, stream);
   if (err != cudaSuccess) { return err; }
   return launch_bwd_convert_dq<Element, kHeadDim>(params, stream);
 }

@@ -12,12 +12,23 @@
 // Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
 // warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<1>); sdQ stage s is
 // rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
+//
+// kDropout (bwd_dropout.h): each thread's 2 Philox calls of block m + 1 go to the warpgroup's shared
+// mask words before S^T of m + 1 is issued, under the dK GEMM of block m (where only dK, dV and dS^T
+// are live: inside p_and_ds, with S^T and dP^T in flight, the Philox temporaries spilled); p_and_ds
+// meets the warpgroup (barrier kMaskWG0 + cwg) once dP^T is done, nothing in flight, and reads its 8
+// words there (read while S^T and dP^T ran, the 8 words held across the exponentials spilled 8 / 20 B,
+// non-causal / causal, d = 128); then dV gets P^T o M and dS^T = P^T o (dP^T o M * rp_dropout - D)
+// (rp_dropout on dV at the end, bwd_kernel.h). Hazard: the words of block m + 1 are written after
+// the kDSReady of block m, which every thread reaches only after reading block m's.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_atom.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "../dropout.h"
+#include "bwd_dropout.h"
 #include "fwd_layouts.h"
 #include "wg_gemm.h"
 
@@ -26,8 +37,19 @@ namespace flash::sm90 {
 using namespace cute;
 
 // Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones);
-// kPReady: the role-split tile's P^T hand-over (bwd_mainloop_split.h).
-enum class BwdBarrier : uint32_t { kDSReady = 0, kPReady = 1 };
+// kPReady: the role-split tile's P^T hand-over (bwd_mainloop_split.h); kMaskWG0 + cwg: one
+// warpgroup's dropout mask words written (kDropout only).
+enum class BwdBarrier : uint32_t { kDSReady = 0, kPReady = 1, kMaskWG0 = 2 };
+
+// What the kDropout mainloop reads: the call's parameters (the generator state, rp_dropout: read
+// where used, from the kernel's parameter space or, under graph capture, from global memory, not
+// held in registers across the loop: at 240 registers 7 more live values spilled), this CTA's
+// (batch, head) and the warpgroup's BwdDropoutT::kWords mask words.
+struct BwdDropoutArgs {
+  const BwdParams* p = nullptr;
+  int batch = 0, head = 0;
+  uint32_t* smask = nullptr;
+};
 
 // Key rows k, query columns i of S^T (rowcol view) get -inf where key n0 + k is not visible to
 // query m0 + i: past seqlen_k, or (causal) right of the bottom-right-aligned diagonal.
@@ -60,7 +82,7 @@ CUTE_DEVICE void store_pairs_shared(TensorR const& r, TensorS const& sdq) {
   }
 }
 
-template <class Traits, bool kCausal>
+template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
   using Pipeline = typename Traits::Pipeline;
@@ -68,14 +90,16 @@ struct BwdMainloop {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kD = Traits::kHeadDim;
+  static_assert(!kDropout || (kBlockM == BwdDropoutT::kQueries && Traits::kWGKeys == BwdDropoutT::kKeys),
+                "bwd_dropout.h's tile: 64 keys x 64 queries per warpgroup");
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
-  // stage) fp32; dq_full / dq_empty (dq_stage) mbarriers.
+  // stage) fp32; dq_full / dq_empty (dq_stage) mbarriers. kDropout: drop (unused otherwise).
   template <class Smem, class TensorDK, class TensorDV>
   CUTE_DEVICE static void run(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
                               TensorDV& tdVrdV, int cwg, int tid, int n0, int m_min, int m_max, int seqlen_q,
-                              int seqlen_k, float scale_log2) {
+                              int seqlen_k, float scale_log2, BwdDropoutArgs const& drop = BwdDropoutArgs{}) {
     constexpr int kWGKeys = Traits::kWGKeys;
     constexpr int kDSStages = Traits::kDSStages, kDQStages = Traits::kDQStages;
 
@@ -131,9 +155,9 @@ struct BwdMainloop {
     auto p_and_ds = [&](int m, PipelineState const& sq, PipelineState const& sdo) {
       pipe_do.consumer_wait(sdo);
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
+      const int m0 = m * kBlockM;
       warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
-      const int m0 = m * kBlockM;
       const bool need_mask = key0 + kWGKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
       if (need_mask) { mask_st<kCausal>(s, tScS_rc, key0, m0, seqlen_q, seqlen_k); }
       const float* lse = sm.lse_log2 + sq.index() * kBlockM;
@@ -145,12 +169,26 @@ struct BwdMainloop {
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
+      [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)
+      if constexpr (kDropout) {  // the warpgroup's words of block m written (mask_words); nothing in flight
+        cutlass::arch::NamedBarrier::sync(BwdDropoutT::kThreads, uint32_t(BwdBarrier::kMaskWG0) + cwg);
+        BwdDropoutT::read(flags, drop.smask, tid);
+      }
       const float* delta = sm.delta + sdo.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp); ++c) {
         const float dd = delta[get<1>(tScS_rc(0, c))];
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = s(r, c) * (dp(r, c) - dd); }
+        for (int r = 0; r < size<0>(dp); ++r) {
+          if constexpr (kDropout) {  // dropped: dS = -P D and P^T o M = 0
+            const uint32_t dropped = BwdDropoutT::drop_mask(flags, r, c);
+            const float dp_kept = __uint_as_float(__float_as_uint(dp(r, c)) & ~dropped);
+            dp(r, c) = s(r, c) * fmaf(dp_kept, drop.p->rp_dropout, -dd);
+            s(r, c) = __uint_as_float(__float_as_uint(s(r, c)) & ~dropped);
+          } else {
+            dp(r, c) = s(r, c) * (dp(r, c) - dd);
+          }
+        }
       }
       CUTE_UNROLL
       for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
@@ -158,10 +196,18 @@ struct BwdMainloop {
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
     };
 
+    // kDropout: this thread's word of block m's keep mask (bwd_dropout.h), read by p_and_ds(m).
+    auto mask_words = [&](int m) {
+      if constexpr (kDropout) {
+        drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, key0, m * kBlockM);
+      }
+    };
+
     // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
     // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
     // this only when m_min < m_max).
     PipelineState st_q, st_do;
+    mask_words(m_min);
     pipe_q.consumer_wait(st_q);
     wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
     p_and_ds(m_min, st_q, st_do);
@@ -193,6 +239,7 @@ struct BwdMainloop {
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
       if (m + 1 < m_max) {
+        mask_words(m + 1);                        // under dK, before S^T adds 32 live registers
         // S^T of the next block into tSrS (dead since rP), queued behind dK.
         PipelineState st_q_next = st_q;
         ++st_q_next;

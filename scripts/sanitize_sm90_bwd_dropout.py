@@ -1,0 +1,28 @@
+"""Small ragged workload of the sm90 (Hopper) backward's dropout variant for compute-sanitizer
+(scripts/sanitize.sh scripts/sanitize_sm90_bwd_dropout.py): ragged seqlens across the 64-query,
+64/128-key tile edges, causal both ways, GQA, d = 64 and 128 where compiled, dropout_p = 0.2 (the
+mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier); asserts the
+sm90 main kernel ran."""
+import os
+
+import torch
+
+import flash_attn_cuda
+from flash_attn_cuda import attention
+
+os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
+dims = [d for d in (64, 128) if d in flash_attn_cuda.compiled_head_dims()]
+assert dims, "no sm90 backward head dim (64, 128) in this build"
+runs = 0
+for d in dims:
+    for (sq, sk, h, hk) in [(113, 77, 2, 1), (77, 200, 4, 2), (129, 129, 2, 2)]:
+        for causal in (False, True):
+            q = torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(2, sk, hk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(2, sk, hk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            out = attention(q, k, v, 0.2, causal=causal)
+            out.backward(torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16))
+            torch.cuda.synchronize()
+            assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+            runs += 1
+print(f"sanitize_sm90_bwd_dropout: {runs} fwd+bwd runs with dropout, d = {dims}")
