@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 rm -rf /tmp/cw && mkdir -p /tmp/cw
 python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('.whl/nvidia_cutlass-*.whl')[0]).extractall('/tmp/cw')"
 export CUTLASS_DIR=/tmp/cw/cutlass_library/source
-export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=${HDIMS:-64,128} FLASH_ATTN_CUDA_DTYPES=bf16 \
+export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=${HDIMS:-64,128,256} FLASH_ATTN_CUDA_DTYPES=bf16 \
   FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 FLASH_ATTN_CUDA_SM90_PERSISTENT=1 MAX_JOBS=16 \
   FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
 t0=$(date +%s)
@@ -43,16 +43,18 @@ maybe tests 170 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/
 maybe bench_fwd 70 python3 -m flash_attn_cuda.bench --directions fwd --hdims 64,128 --seqlens 1024,4096,16384 --causal both \
   --impls flash_attn_cuda_sm90,flash_attn_cuda_sm90_persistent,sdpa_cudnn --prefix h200_fwd_combo2 --out "$OUT/res"
 grep -E "^\|" "$OUT/bench_fwd.log" | head -24
+maybe bench_drop 70 python3 -m flash_attn_cuda.bench --directions bwd --hdims 64,128,256 --seqlens 1024,4096 --causal 0 \
+  --dropout 0.1 --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_flash --prefix h200_dropout_combo2 --out "$OUT/res"
+grep -E "^\|" "$OUT/bench_drop.log" | head -24
 maybe bench_bwd256 60 python3 -m flash_attn_cuda.bench --directions bwd --hdims 256 --seqlens 1024,4096,16384 --causal both \
   --impls flash_attn_cuda_sm80,flash_attn_cuda_sm90,sdpa_cudnn --prefix h200_bwd256 --out "$OUT/res"
 grep -E "^\|" "$OUT/bench_bwd256.log" | head -24
-maybe bench_drop 70 python3 -m flash_attn_cuda.bench --directions bwd --hdims 64,128,256 --seqlens 1024,4096 --causal 0 \
-  --dropout 0.1 --impls flash_attn_cuda,sdpa_flash --prefix h200_dropout_combo2 --out "$OUT/res"
-grep -E "^\|" "$OUT/bench_drop.log" | head -24
 maybe san_bwd256_mem 45 san memcheck scripts/sanitize_sm90_bwd.py 256
-maybe san_bwd256_race 60 san racecheck scripts/sanitize_sm90_bwd.py 256
+maybe san_bwddrop_mem 45 san memcheck scripts/sanitize_sm90_bwd_dropout.py
 maybe san_fwd_mem 45 san memcheck scripts/sanitize_sm90_fwd.py
-maybe san_fwd_race 60 san racecheck scripts/sanitize_sm90_fwd.py
+maybe san_bwd256_race 50 san racecheck scripts/sanitize_sm90_bwd.py 256
+maybe san_bwddrop_race 50 san racecheck scripts/sanitize_sm90_bwd_dropout.py
+maybe san_fwd_race 50 san racecheck scripts/sanitize_sm90_fwd.py
 ${EXTRA_STAGES:-true}
 tar -czf "$OUT/res.tgz" -C "$OUT" res && rm -rf "$OUT/res"
 echo "total $(( $(date +%s) - T0 )) s"

@@ -250,7 +250,7 @@ def test_generator_sm90_rows(tmp_path):
     config = (tmp_path / "build_config.h").read_text()
     assert "#define FLASH_SM90_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) \n" in config
-    assert "#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) X(64) X(128)\n" in config
+    assert "#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert "#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) \n" in config
 
     # without the sm90 family: no sm90 files (stale ones removed), empty lists in build_config.h
