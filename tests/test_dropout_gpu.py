@@ -121,8 +121,11 @@ def sm90_backward(monkeypatch):
 
 # sm90 backward tiles: 64 queries per step, 64 keys per consumer warpgroup, 128 per CTA; the Philox
 # chunks are 16 queries x 64 keys (bwd_dropout.h): every edge, and seqlen_q > / < seqlen_k (causal
-# bottom-right).
-SM90_DROPOUT_SEQLENS = [(1, 1), (63, 65), (65, 63), (127, 129), (129, 127), (200, 1000), (1000, 200)]
+# bottom-right). Not (1, 1): with one key the exact dQ is 0 and the low-precision autograd reference
+# returns exactly 0 (softmax of one element), while FA2's algebra, dS = P (dP o M / (1 - p) - D) with
+# D from the bf16-rounded dropped O, leaves a rounding residual (1.7e-2 on the H200, both families'
+# algebra): FA2's relative rule has no error of PyTorch's to scale there. (1, 3) keeps the one-row tile.
+SM90_DROPOUT_SEQLENS = [(1, 3), (63, 65), (65, 63), (127, 129), (129, 127), (200, 1000), (1000, 200)]
 
 
 @pytest.mark.parametrize("hdim", SM90_BWD_HDIMS or [64])
