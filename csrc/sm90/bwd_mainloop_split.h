@@ -126,6 +126,7 @@ struct BwdMainloopSplit {
       for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       pipe_do.consumer_wait(st_do);
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
+      __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
       issue_dq(sm, tdQrdQ, 0, tid);
       warpgroup_wait<0>();
@@ -174,6 +175,7 @@ struct BwdMainloopSplit {
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
+      __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kPReady));
       CUTE_UNROLL
       for (int j = 0; j < kP4; ++j) {
@@ -196,6 +198,7 @@ struct BwdMainloopSplit {
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
       copy(r2s_ds, tdSrdS, tdSsdSt);
       cutlass::arch::fence_view_async_shared();  // wgmma (async proxy) reads what stmatrix wrote
+      __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
       pipe_q.consumer_wait(st_q);
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
