@@ -651,7 +651,7 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
   set_strides(dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   set_strides(dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.family = family_from_env();
-  flash::FwdFamily family = flash::FwdFamily::kSm80;  // sm90: its main kernel between the sm80 pre/post passes
+  flash::FwdFamily family = flash::FwdFamily::kSm80;  // the family run_bwd launched
   check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream(), &family), p, "backward");
   set_last_bwd_tile(family == flash::FwdFamily::kSm90 ? std::vector<int64_t>{} : describe(flash::bwd_tile(p)),
                     flash::family_name(family));

@@ -40,6 +40,12 @@ static auto sm90_bwd_for(const BwdParams& params) -> cudaError_t (*)(const BwdPa
   }
 }
 
+template <typename Element>
+static cudaError_t run_sm90_bwd(const BwdParams& params, cudaStream_t stream) {
+  const auto run = sm90_bwd_for<Element>(params);  // non-null when bwd_family saw it compiled
+  return run != nullptr ? run(params, stream) : cudaErrorInvalidValue;
+}
+
 // Whether the build compiled the sm90 backward this call needs: (dtype, head dim), and with dropout
 // the dropout variant (built with the feature kernels).
 static bool sm90_bwd_compiled(const BwdParams& params) {
@@ -102,7 +108,7 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream, FwdFamily* ran
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE)                                                                   \
   case DType::ENUM:                                                                              \
-    return sm90 ? sm90_bwd_for<TYPE>(params)(params, stream) : run_bwd_dtype<TYPE>(params, stream);
+    return sm90 ? run_sm90_bwd<TYPE>(params, stream) : run_bwd_dtype<TYPE>(params, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
     default:

@@ -62,16 +62,17 @@ int fwd_smallest_shared_memory_bytes(int headdim_rounded);
 // Backward (only in builds with FLASH_ATTN_CUDA_BACKWARD=1): D pre-pass, main kernel, dQ
 // conversion on `stream`. The caller allocates the scratch buffers params.h describes, with
 // params.seqlen_q_rounded = bwd_rows_rounded(seqlen_q) (and, varlen, params.varlen_scratch_rows =
-// bwd_varlen_scratch_rows(total_q, batch)), and zeroes dq_accum.
+// bwd_varlen_scratch_rows(total_q, batch)); dq_accum needs no zeroing (each family's launch does it).
 // `ran` (if given) receives the family of the main kernel it launched (as run_fwd's).
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream, FwdFamily* ran = nullptr);
 constexpr int bwd_rows_rounded(int seqlen_q) { return (seqlen_q + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign; }
 int bwd_shared_memory_bytes(int headdim_rounded);           // the default (227 KB row) tile's
 int bwd_smallest_shared_memory_bytes(int headdim_rounded);  // the 99 KB row's
 // The family of run_bwd's main kernel on the current device, as fwd_family: kSm90 when
-// params.family asks for it (kSm90, or kAuto with kSm90BwdByDefault for bf16), the build compiled the sm90
-// backward for (dtype, headdim_rounded), the device is 9.0 and sm90::bwd_supports(params); else
-// kSm80 (the pre-pass and dQ conversion are the sm80 family's either way).
+// params.family asks for it (kSm90, or kAuto with kSm90BwdByDefault for bf16 and d != 256 unless
+// kSm90BwdHdim256ByDefault), the build compiled the sm90 backward for (dtype, headdim_rounded) (and its
+// dropout variant when the call has dropout), the device is 9.0 and sm90::bwd_supports(params); else
+// kSm80. Each family runs its own pre-pass and dQ conversion (sm90: sm90/bwd_passes.h).
 FwdFamily bwd_family(const BwdParams& params);
 // The backward tile run_bwd launches for params on the current device (as fwd_tile); the
 // deterministic dq_accum splits (bwd_dq_accum_splits) follow its block_n.

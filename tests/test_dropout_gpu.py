@@ -166,6 +166,17 @@ def test_sm90_backward_leaves_the_rest_of_dropout_to_sm80(case, sm90_backward):
     assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
 
 
+def test_sm90_backward_leaves_d256_dropout_to_sm80(sm90_backward):
+    """d = 256's sm90 backward (the role-split tile) has no dropout variant: with FLASH_ATTN_CUDA_FAMILY
+    =sm90 a d = 256 dropout call's backward runs the sm80 kernels, right."""
+    if 256 not in HDIMS:
+        pytest.skip("d = 256 not in this build")
+    torch.manual_seed(21)
+    q, k, v = rand(2, 150, 4, 256), rand(2, 260, 2, 256), rand(2, 260, 2, 256)
+    check_dense(q, k, v, 0.2, causal=True, family="sm90")
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
+
+
 def test_families_draw_the_same_mask(family):
     """Same seed, one call per family: the same rng_state (so the same mask, a function of it), and
     each output matches the reference with that mask: the sm90 forward applies philox.h's mask."""

@@ -121,6 +121,7 @@ struct BwdMainloopSplit {
       for (int j = 0; j < kP4; ++j) {
         sp[j * 128 + tid] = make_float4(tSrS(4 * j), tSrS(4 * j + 1), tSrS(4 * j + 2), tSrS(4 * j + 3));
       }
+      __syncwarp();  // bar.arrive is warp-aligned too (synccheck): converge after the Q spin-wait
       cutlass::arch::NamedBarrier::arrive(kBoth, uint32_t(BwdBarrier::kPReady));
       CUTE_UNROLL
       for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
