@@ -8,6 +8,7 @@
 #include "bwd_tile_config.h"
 #include "flash_api.h"
 #include "instantiations/build_config.h"
+#include "sm90_units.h"
 #include "sm90/bwd_api.h"
 #include "sm90/bwd_supports.h"  // host-only: defines sm90::bwd_supports (this is its one translation unit)
 
@@ -49,17 +50,8 @@ static cudaError_t run_sm90_bwd(const BwdParams& params, cudaStream_t stream) {
 // Whether the build compiled the sm90 backward this call needs: (dtype, head dim), and with dropout
 // the dropout variant (built with the feature kernels).
 static bool sm90_bwd_compiled(const BwdParams& params) {
-  bool dtype_built = false, hdim_built = false, dropout_built = false;
-#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || params.dtype == DType::ENUM;
-  FLASH_FOR_EACH_DTYPE(FLASH_CASE)
-#undef FLASH_CASE
-#define FLASH_CASE(D) hdim_built = hdim_built || params.headdim_rounded == D;
-  FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_CASE)
-#undef FLASH_CASE
-#define FLASH_CASE(D) dropout_built = dropout_built || params.headdim_rounded == D;
-  FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(FLASH_CASE)
-#undef FLASH_CASE
-  return dtype_built && hdim_built && (dropout_built || !needs_dropout(params));
+  return sm90_unit_compiled(params, {FLASH_SM90_BWD_FOR_EACH_HDIM(FLASH_LIST_ITEM)},
+                            {FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(FLASH_LIST_ITEM)});
 }
 
 FwdFamily bwd_family(const BwdParams& params) {

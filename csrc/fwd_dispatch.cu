@@ -12,6 +12,7 @@
 #include "flash_api.h"
 #include "fwd_tile_config.h"
 #include "instantiations/build_config.h"
+#include "sm90_units.h"
 #include "kernel_traits.h"
 #include "sm90/fwd_api.h"
 #include "sm90/fwd_supports.h"  // host-only: defines sm90::fwd_supports (this is its one translation unit)
@@ -114,17 +115,8 @@ static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) 
 // Whether the build compiled the sm90 kernel this call needs: (dtype, head dim), and with dropout
 // the dropout variant (built with the feature kernels).
 static bool sm90_compiled(const FwdParams& params) {
-  bool dtype_built = false, hdim_built = false, dropout_built = false;
-#define FLASH_CASE(ENUM, TYPE) dtype_built = dtype_built || params.dtype == DType::ENUM;
-  FLASH_FOR_EACH_DTYPE(FLASH_CASE)
-#undef FLASH_CASE
-#define FLASH_CASE(D) hdim_built = hdim_built || params.headdim_rounded == D;
-  FLASH_SM90_FOR_EACH_HDIM(FLASH_CASE)
-#undef FLASH_CASE
-#define FLASH_CASE(D) dropout_built = dropout_built || params.headdim_rounded == D;
-  FLASH_SM90_DROPOUT_FOR_EACH_HDIM(FLASH_CASE)
-#undef FLASH_CASE
-  return dtype_built && hdim_built && (dropout_built || !needs_dropout(params));
+  return sm90_unit_compiled(params, {FLASH_SM90_FOR_EACH_HDIM(FLASH_LIST_ITEM)},
+                            {FLASH_SM90_DROPOUT_FOR_EACH_HDIM(FLASH_LIST_ITEM)});
 }
 
 // Whether the current device has compute capability 9.0, the one sm_90a code runs on. Cached per
