@@ -1,17 +1,23 @@
 """Small ragged workload of the sm90 (Hopper) backward for compute-sanitizer (scripts/sanitize.sh
-scripts/sanitize_sm90_bwd.py): ragged seqlens across the 64/128-row and 64/128-key tile edges, causal
-both ways, GQA, d = 64, 128 and 256 where compiled (or the head dims in argv, e.g. `... 256`); asserts
-the sm90 main kernel ran."""
+scripts/sanitize_sm90_bwd.py [--dropout P] [head dims]): ragged seqlens across the 64/128-row and
+64/128-key tile edges, causal both ways, GQA, d = 64, 128 and 256 where compiled (or the head dims
+given, e.g. `... 256`); asserts the sm90 main kernel ran. --dropout P > 0: the dropout variant (its
+mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier), d = 64 and 128
+by default (d = 256's role-split tile has none)."""
+import argparse
 import os
-import sys
 
 import torch
 
 import flash_attn_cuda
 from flash_attn_cuda import attention
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--dropout", type=float, default=0.0)
+parser.add_argument("hdims", type=int, nargs="*")
+args = parser.parse_args()
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
-wanted = [int(a) for a in sys.argv[1:]] or [64, 128, 256]
+wanted = args.hdims or ([64, 128] if args.dropout > 0 else [64, 128, 256])
 dims = [d for d in wanted if d in flash_attn_cuda.compiled_head_dims()]
 assert dims, f"none of {wanted} compiled"
 runs = 0
@@ -21,8 +27,9 @@ for d in dims:
             q = torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             k = torch.randn(2, sk, hk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             v = torch.randn(2, sk, hk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            attention(q, k, v, causal=causal).backward(torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16))
+            out = attention(q, k, v, args.dropout, causal=causal)
+            out.backward(torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16))
             torch.cuda.synchronize()
             assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
             runs += 1
-print(f"sanitize_sm90_bwd: {runs} fwd+bwd runs, d = {dims}")
+print(f"sanitize_sm90_bwd: {runs} fwd+bwd runs, dropout {args.dropout}, d = {dims}")
