@@ -2,8 +2,8 @@
 scripts/sanitize_sm90_bwd.py [--dropout P] [head dims]): ragged seqlens across the 64/128-row and
 64/128-key tile edges, causal both ways, GQA, d = 64, 128 and 256 where compiled (or the head dims
 given, e.g. `... 256`); asserts the sm90 main kernel ran. --dropout P > 0: the dropout variant (its
-mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier), d = 64 and 128
-by default (d = 256's role-split tile has none)."""
+mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier; d = 256:
+consumer 0's words and the sign-marked P^T in sP)."""
 import argparse
 import os
 
@@ -17,7 +17,7 @@ parser.add_argument("--dropout", type=float, default=0.0)
 parser.add_argument("hdims", type=int, nargs="*")
 args = parser.parse_args()
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
-wanted = args.hdims or ([64, 128] if args.dropout > 0 else [64, 128, 256])
+wanted = args.hdims or [64, 128, 256]
 dims = [d for d in wanted if d in flash_attn_cuda.compiled_head_dims()]
 assert dims, f"none of {wanted} compiled"
 runs = 0

@@ -207,14 +207,14 @@ def test_generator_writes_one_file_per_config_and_removes_stale(tmp_path):
 
 def test_generator_sm90_rows(tmp_path):
     """sm90 files: forward head dims {64, 128, 256}, backward {64, 128, 256} of the built ones (each with a
-    dropout variant file of its own, with the feature kernels; the backward's d = 256 without), every built dtype, only with the sm90
+    dropout variant file of its own, with the feature kernels), every built dtype, only with the sm90
     family; build_config.h lists them."""
     hdims, dtypes = (32, 64, 96, 128, 256), ("fp16", "bf16")
     files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80", "sm90"))
     sm90 = sorted(pathlib.Path(f).name for f in files if pathlib.Path(f).name.startswith("sm90_"))
     assert sm90 == sorted([f"sm90_fwd_hdim{d}_{t}{v}.cu" for d in (64, 128, 256) for t in dtypes for v in ("", "_dropout")] +
                           [f"sm90_bwd_hdim{d}_{t}{v}.cu" for d in (64, 128, 256) for t in dtypes
-                           for v in (("", "_dropout") if d != 256 else ("",))])
+                           for v in ("", "_dropout")])
     extra = sum(len(gen_instantiations.SMEM_TILES.get((direction, d), ())) for direction in ("fwd", "bwd") for d in hdims)
     assert len(files) == (2 * len(hdims) + extra) * len(dtypes) + len(sm90)  # sm80 fwd + bwd unchanged
     text = (tmp_path / "sm90_fwd_hdim128_bf16.cu").read_text()
@@ -231,13 +231,14 @@ def test_generator_sm90_rows(tmp_path):
     assert "#define FLASH_SM90_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert "#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
-    assert "#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) X(64) X(128)\n" in config
+    assert "#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     bwd_text = (tmp_path / "sm90_bwd_hdim64_fp16.cu").read_text()
     assert "template cudaError_t flash::sm90::run_bwd_<cutlass::half_t, 64>(const flash::BwdParams&, cudaStream_t);" \
         in bwd_text
-    bwd_text = (tmp_path / "sm90_bwd_hdim128_bf16_dropout.cu").read_text()
-    assert ("template cudaError_t flash::sm90::run_bwd_<cutlass::bfloat16_t, 128, true>(const flash::BwdParams&, "
-            "cudaStream_t);") in bwd_text and bwd_text.count("template ") == 1
+    for d in (128, 256):
+        bwd_text = (tmp_path / f"sm90_bwd_hdim{d}_bf16_dropout.cu").read_text()
+        assert (f"template cudaError_t flash::sm90::run_bwd_<cutlass::bfloat16_t, {d}, true>(const flash::BwdParams&, "
+                "cudaStream_t);") in bwd_text and bwd_text.count("template ") == 1
     assert all(gen_instantiations.source_family(f) == ("sm90" if pathlib.Path(f).name in sm90 else "sm80")
                for f in files)
 

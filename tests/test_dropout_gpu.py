@@ -7,7 +7,7 @@ The forward runs on both kernel families where it matters (the `family` fixture,
 sm80 always, sm90 on a compute capability 9.0 GPU with a 90a build, whose dropout variant serves
 dense calls at d = 64/128/256 without softcap/ALiBi/left window); every call checks which family
 served it. The backward regenerates the mask either forward drew, from its rng_state: the sm80
-kernels, or with FLASH_ATTN_CUDA_FAMILY=sm90 the Hopper backward's dropout variant (head dims 64/128,
+kernels, or with FLASH_ATTN_CUDA_FAMILY=sm90 the Hopper backward's dropout variant (head dims 64/128/256,
 causal or none, without window/softcap/ALiBi/varlen/deterministic: those stay on sm80), checked by
 last_bwd_family."""
 import itertools
@@ -106,7 +106,7 @@ def test_features_with_dropout(case, family):
         check_dense(q, k, v, 0.9, family=family)
 
 
-SM90_BWD_HDIMS = [d for d in (64, 128) if d in HDIMS]  # csrc/sm90/bwd_tile_table.h
+SM90_BWD_HDIMS = [d for d in (64, 128, 256) if d in HDIMS]  # csrc/sm90/bwd_tile_table.h
 
 
 @pytest.fixture
@@ -115,11 +115,12 @@ def sm90_backward(monkeypatch):
     if not flash_attn_cuda._ops.HAS_SM90 or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm90 backward needs 90a in the build and a compute capability 9.0 GPU")
     if not SM90_BWD_HDIMS:
-        pytest.skip("no sm90 backward head dim (64, 128) in this build")
+        pytest.skip("no sm90 backward head dim (64, 128, 256) in this build")
     monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm90")
 
 
-# sm90 backward tiles: 64 queries per step, 64 keys per consumer warpgroup, 128 per CTA; the Philox
+# sm90 backward tiles: 64 queries per step, 64 keys per consumer warpgroup, 128 per CTA (d = 256, the
+# role-split tile: 64 keys per CTA, consumer 0 makes the mask, consumer 1 reads it from P^T's sign); the Philox
 # chunks are 16 queries x 64 keys (bwd_dropout.h): every edge, and seqlen_q > / < seqlen_k (causal
 # bottom-right). Not (1, 1): with one key the exact dQ is 0 and the low-precision autograd reference
 # returns exactly 0 (softmax of one element), while FA2's algebra, dS = P (dP o M / (1 - p) - D) with
@@ -163,17 +164,6 @@ def test_sm90_backward_leaves_the_rest_of_dropout_to_sm80(case, sm90_backward):
     opts = {"window": dict(window_size=(70, 20)), "softcap": dict(softcap=8.0),
             "deterministic": dict(causal=True, deterministic=True)}[case]
     check_dense(q, k, v, 0.2, family="sm90", sm90_options=case == "deterministic", **opts)
-    assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
-
-
-def test_sm90_backward_leaves_d256_dropout_to_sm80(sm90_backward):
-    """d = 256's sm90 backward (the role-split tile) has no dropout variant: with FLASH_ATTN_CUDA_FAMILY
-    =sm90 a d = 256 dropout call's backward runs the sm80 kernels, right."""
-    if 256 not in HDIMS:
-        pytest.skip("d = 256 not in this build")
-    torch.manual_seed(21)
-    q, k, v = rand(2, 150, 4, 256), rand(2, 260, 2, 256), rand(2, 260, 2, 256)
-    check_dense(q, k, v, 0.2, causal=True, family="sm90")
     assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
 
 

@@ -7,7 +7,9 @@
 // byte_sign_mask: its host form, the PRMT's specification) equals dropout_keep for a few thresholds.
 // The sm90 backward's transposed tile (sm90/bwd_dropout.h: keys along the wgmma rows, calls shared
 // through a shared-memory word per thread): every thread's generate, then every thread's read and
-// drop_mask on its S^T fragment against dropout_keep(query, key). No GPU needed:
+// drop_mask on its S^T fragment against dropout_keep(query, key); d = 256's role-split tile (one
+// warpgroup makes the words, the other learns the mask from P^T's sign) also through its sP hand-over
+// (check_sm90_bwd_split). No GPU needed:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -Icsrc -I$(python third_party/find_cutlass.py) \
 //        tools/dropout_layout_check.cu -o build/dropout_layout_check && build/dropout_layout_check
 #include <cstdio>
@@ -200,7 +202,101 @@ int check_sm90_bwd() {
   return bad + (dropped == 0);  // threshold 1 drops most: a check that never sees a drop proves nothing
 }
 
+// The role-split tile (d = 256, sm90/bwd_mainloop_split.h): consumer 0 marks the dropped elements of
+// P^T by their sign (BwdDropoutSplit::mark on drop_mask) and stores its fragment to sP as the kernel
+// does (float4 j of thread t at [j][t], accumulator order); consumer 1's thread t loads float4 j into
+// its own fragment, views it and its dP^T through its own MmaSdP partition, and makes dS^T with
+// BwdDropoutSplit::ds; consumer 0's dV operand is kept_p. Both against the formulas with
+// dropout_keep(query, key), on made-up P (zeros where a mask would put them), dP and D.
+template <int D>
+int check_sm90_bwd_split() {
+  using B = flash::sm90::BwdTraitsFor<cutlass::bfloat16_t, D>;
+  using T = flash::sm90::BwdDropoutT;
+  using S = flash::sm90::BwdDropoutSplit;
+  static_assert(B::kRoleSplit && B::kBlockN == T::kKeys && B::kBlockM == T::kQueries, "the role-split tile");
+  using TileS = Shape<Int<T::kKeys>, Int<T::kQueries>>;
+  constexpr int kP4 = B::kPValues / 4;
+  auto value = [](int key, int query, uint32_t salt) {  // in [0, 1), exactly 0 for a few
+    uint32_t h = uint32_t(key) * 0x9E3779B1u ^ uint32_t(query) * 0x85EBCA77u ^ salt;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    return (h % 64u == 0) ? 0.f : float(h >> 8) / float(1u << 24);
+  };
+  const float rp = 256.f / 230.f;
+  int bad = 0, total = 0, dropped = 0, zeros = 0;
+  for (int t = 0; t < 2; ++t) {
+    const int key0 = t ? 64 * 7 : 0, query0 = t ? 64 * 2 : 0;
+    const flash::DropoutRng rng{0x1234567u + uint32_t(t), 0xABCDu, (uint64_t(1) << 32) - 2 + uint64_t(t),
+                                t ? 128u : 230u};
+    alignas(16) uint32_t words[T::kWords];
+    for (int tid = 0; tid < T::kThreads; ++tid) { words[tid] = T::make_word(rng, tid, key0, query0); }
+    static float4 sp[kP4 * 128];
+    for (int tid = 0; tid < T::kThreads; ++tid) {  // consumer 0
+      typename B::MmaSdP mma;
+      auto thr = mma.get_thread_slice(tid);
+      Tensor frag = partition_fragment_C(mma, TileS{});  // S^T, then P^T
+      Tensor s = make_tensor(frag.data(), flash::sm90::acc_rowcol(frag.layout()));
+      Tensor c = thr.partition_C(make_identity_tensor(TileS{}));
+      Tensor rc = make_tensor(c.data(), flash::sm90::acc_rowcol(c.layout()));
+      uint32_t flags[T::kWordsPerThread];
+      T::read(flags, words, tid);
+      for (int r = 0; r < size<0>(s); ++r)
+        for (int cc = 0; cc < size<1>(s); ++cc) {
+          const int key = get<0>(rc(r, cc)), query = get<1>(rc(r, cc));
+          const float pv = value(key0 + key, query0 + query, 1);
+          s(r, cc) = S::mark(pv, T::drop_mask(flags, r, cc));
+          const bool keep = flash::dropout_keep(rng, query0 + query, key0 + key);
+          const float want = keep ? pv : 0.f, got = S::kept_p(s(r, cc));
+          ++total;
+          if (got != want && bad++ < 5) {
+            std::printf("split dV operand: tid %d key %d query %d: %g, want %g\n", tid, key, query, got, want);
+          }
+        }
+      for (int j = 0; j < kP4; ++j) {
+        sp[j * 128 + tid] = make_float4(frag(4 * j), frag(4 * j + 1), frag(4 * j + 2), frag(4 * j + 3));
+      }
+    }
+    for (int tid = 0; tid < T::kThreads; ++tid) {  // consumer 1
+      typename B::MmaSdP mma;
+      auto thr = mma.get_thread_slice(tid);
+      Tensor fdp = partition_fragment_C(mma, TileS{});  // dP^T
+      Tensor fp = make_tensor<float>(fdp.layout());     // P^T from sP
+      for (int j = 0; j < kP4; ++j) {
+        const float4 v = sp[j * 128 + tid];
+        fp(4 * j) = v.x;
+        fp(4 * j + 1) = v.y;
+        fp(4 * j + 2) = v.z;
+        fp(4 * j + 3) = v.w;
+      }
+      Tensor dp = make_tensor(fdp.data(), flash::sm90::acc_rowcol(fdp.layout()));
+      Tensor pm = make_tensor(fp.data(), flash::sm90::acc_rowcol(fp.layout()));
+      Tensor c = thr.partition_C(make_identity_tensor(TileS{}));
+      Tensor rc = make_tensor(c.data(), flash::sm90::acc_rowcol(c.layout()));
+      for (int r = 0; r < size<0>(dp); ++r)
+        for (int cc = 0; cc < size<1>(dp); ++cc) {
+          const int key = get<0>(rc(r, cc)), query = get<1>(rc(r, cc));
+          const float pv = value(key0 + key, query0 + query, 1);
+          const float dpv = value(key0 + key, query0 + query, 2) - 0.5f, d = value(0, query0 + query, 3) - 0.5f;
+          const bool keep = flash::dropout_keep(rng, query0 + query, key0 + key);
+          const float want = pv * std::fma(keep ? dpv : 0.f, rp, -d);
+          const float got = S::ds(pm(r, cc), dpv, rp, d);
+          ++total;
+          dropped += !keep;
+          zeros += pv == 0.f;
+          if (got != want && bad++ < 5) {
+            std::printf("split dS: tid %d key %d query %d keep %d: %g, want %g\n", tid, key, query, int(keep), got, want);
+          }
+        }
+    }
+  }
+  std::printf("sm90 bwd dropout d=%d role split (P^T sign to consumer 1): %d values checked (%d dropped, "
+              "%d P = 0), %d bad\n", D, total, dropped, zeros, bad);
+  return bad + (dropped == 0) + (zeros == 0);  // drops and zero P both seen, or the check proves less
+}
+
 int main() {
   return (check_bytes() + check_budget<227>() + check_budget<163>() + check_budget<99>() + check_sm90<64>() +
-          check_sm90<128>() + check_sm90<256>() + check_sm90_bwd<64>() + check_sm90_bwd<128>()) != 0;
+          check_sm90<128>() + check_sm90<256>() + check_sm90_bwd<64>() + check_sm90_bwd<128>() +
+          check_sm90_bwd<256>() + check_sm90_bwd_split<256>()) != 0;
 }

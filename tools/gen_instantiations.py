@@ -34,11 +34,11 @@ KERNELS = {
 }
 # (family, direction) -> {variant: (the entry point's extra template arguments, head dims or None for
 # every one the row builds)}: variants with a unit of their own per (head dim, dtype),
-# <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels. The sm90 backward's d = 256
-# (the role-split tile, sm90/bwd_traits_split.h) has no dropout variant: those calls run sm80.
+# <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels. The sm90 backward's dropout
+# variant covers d = 256's role-split tile too (sm90/bwd_mainloop_split.h kDropout).
 VARIANTS = {
     ("sm90", "fwd"): {"dropout": ("true", None)},
-    ("sm90", "bwd"): {"dropout": ("true", (64, 128))},
+    ("sm90", "bwd"): {"dropout": ("true", (64, 128, 256))},
 }
 # direction -> (launch header, entry point, params struct) of the sm80 family (per-dtype files use it)
 DIRECTIONS = {direction: row[:3] for (family, direction), row in KERNELS.items() if family == "sm80"}

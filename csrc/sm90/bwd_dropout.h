@@ -18,9 +18,20 @@
 // of the element, ((query / 8) % 2) * 8 + ((key / 16) % 4) * 2 + key % 2, within the call c).
 // tools/dropout_layout_check.cu runs generate / read / drop_mask on the host for every thread of the
 // warpgroup against dropout_keep.
+//
+// The role-split tile (d = 256, bwd_mainloop_split.h: one CTA of 64 keys, consumer 0 S^T / P^T / dV,
+// consumer 1 dP^T / dS^T / dK): both consumers' fragments are MmaSdP's partition of the same 64 keys x
+// 64 queries, thread t of either warpgroup holding the same elements in the same accumulator order.
+// Consumer 0 alone makes and reads the words (one 128-word buffer: 2 calls per thread, under its S^T
+// GEMM, where it would otherwise wait) and hands the mask to consumer 1 inside P^T itself: the fp32
+// P^T it stores to sP for consumer 1 carries the sign bit of the dropped elements (P >= 0; sm80's
+// kEncodeSign does the same in one tile). BwdDropoutSplit has the three element steps; the layout
+// check runs them for every thread too.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "../dropout.h"
 
@@ -72,6 +83,25 @@ struct BwdDropoutT {
   // is dropped.
   CUTE_HOST_DEVICE static uint32_t drop_mask(const uint32_t (&flags)[kWordsPerThread], int r, int cc) {
     return byte_sign_mask(flags[r * 4 + cc / 4], (cc / 2) % 2 + 2 * (cc % 2));
+  }
+};
+
+// The role-split tile's element steps (see above). P^T >= 0 (an exponential, or 0 where masked).
+struct BwdDropoutSplit {
+  // Consumer 0: the P^T value for sP, its sign bit set iff dropped (dropped: drop_mask's all ones or 0).
+  CUTE_HOST_DEVICE static float mark(float p, uint32_t dropped) {
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof(bits));
+    bits |= dropped & 0x80000000u;
+    memcpy(&p, &bits, sizeof(p));
+    return p;
+  }
+  // Consumer 0: P^T o M, the dV operand (its 1 / (1 - p) is applied to dV at the store).
+  CUTE_HOST_DEVICE static float kept_p(float marked) { return fmaxf(marked, 0.f); }
+  // Consumer 1: dS^T = P^T o (dP^T o M * rp_dropout - D) from the marked P^T (as sm80's bwd_kernel.h:
+  // a dropped -0 counts as kept, its |P| = 0 zeroes the product all the same).
+  CUTE_HOST_DEVICE static float ds(float marked, float dp, float rp_dropout, float d) {
+    return fabsf(marked) * fmaf(marked >= 0.f ? dp : 0.f, rp_dropout, -d);
   }
 };
 

@@ -11,10 +11,11 @@
 // The pre-pass (delta, LSE_log2 into the padded scratch, dq_accum zeroed) and the dQ conversion are
 // sm90/bwd_passes.h's, launched around this kernel by run_bwd_ (bwd_launch.h).
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
-// kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h), a variant of its
-// own (instantiations/sm90_bwd_*_dropout.cu); its mask words (BwdDropoutT::kWords per consumer
-// warpgroup) follow SharedStorage in dynamic shared memory (kDropoutSmemBytes), so the plain
-// kernel's storage and code are as without it.
+// kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h; the role-split
+// tile: bwd_mainloop_split.h), a variant of its own (instantiations/sm90_bwd_*_dropout.cu); its mask
+// words (BwdDropoutT::kWords per consumer warpgroup; the role-split tile: consumer 0's only) follow
+// SharedStorage in dynamic shared memory (kDropoutSmemBytes), so the plain kernel's storage and code
+// are as without it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -162,13 +163,13 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gd
 
 // A consumer of the role-split tile: consumer 0 accumulates dV, consumer 1 dK (64 keys x d each),
 // both add their dQ halves into dq_accum rows [scratch_row0, + seqlen_q_rounded) (row-major), then
-// store their gradient.
-template <class Traits, bool kCausal, class Smem, class Pipeline>
+// store their gradient. kDropout: drop as BwdMainloopSplit reads it; dV = (P o M / (1 - p))^T dO.
+template <class Traits, bool kCausal, bool kDropout = false, class Smem, class Pipeline>
 CUTE_DEVICE void bwd_consumer_split(Smem const& sm, typename Traits::SharedStorage& ss, Pipeline& pipe_q,
                                     Pipeline& pipe_do, const BwdParams& p, int cwg, int tid, int n0, int m_min,
-                                    int m_max, int64_t scratch_row0) {
+                                    int m_max, int64_t scratch_row0, BwdDropoutArgs const& drop = BwdDropoutArgs{}) {
   using Element = typename Traits::Element;
-  using Mainloop = BwdMainloopSplit<Traits, kCausal>;
+  using Mainloop = BwdMainloopSplit<Traits, kCausal, kDropout>;
   using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
   Tensor acc = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});  // ((2,2,d/8),1,1) fp32: dV or dK
   clear(acc);
@@ -177,15 +178,15 @@ CUTE_DEVICE void bwd_consumer_split(Smem const& sm, typename Traits::SharedStora
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
     if (cwg == 0) {
       Mainloop::run_p_dv(sm, pipe_q, pipe_do, acc, tid, n0, m_min, m_max, p.seqlen_q, p.seqlen_k, p.scale_log2,
-                         dq_rows);
+                         dq_rows, drop);
     } else {
-      Mainloop::run_ds_dk(sm, pipe_q, pipe_do, acc, tid, m_min, m_max, dq_rows);
+      Mainloop::run_ds_dk(sm, pipe_q, pipe_do, acc, tid, m_min, m_max, dq_rows, drop);
     }
   }
   const int batch = blockIdx.z, head = blockIdx.y;
   if (cwg == 0) {
     Element* dv = static_cast<Element*>(p.dv_ptr) + batch * p.dv_batch_stride + head * p.dv_head_stride;
-    store_dkv<Traits>(acc, 1.f, dv, p.dv_row_stride, n0, p.seqlen_k, tid);
+    store_dkv<Traits>(acc, kDropout ? p.rp_dropout : 1.f, dv, p.dv_row_stride, n0, p.seqlen_k, tid);
   } else {
     Element* dk = static_cast<Element*>(p.dk_ptr) + batch * p.dk_batch_stride + head * p.dk_head_stride;
     store_dkv<Traits>(acc, p.softmax_scale, dk, p.dk_row_stride, n0, p.seqlen_k, tid);
@@ -193,9 +194,11 @@ CUTE_DEVICE void bwd_consumer_split(Smem const& sm, typename Traits::SharedStora
 }
 
 
-// The mask words after SharedStorage (kDropout): 512 B per consumer warpgroup.
+// The mask words after SharedStorage (kDropout): 512 B per consumer warpgroup (the role-split tile:
+// consumer 0's alone, bwd_mainloop_split.h).
 template <class Traits>
-constexpr int kDropoutSmemBytes = Traits::kNConsumerWG * BwdDropoutT::kWords * int(sizeof(uint32_t));
+constexpr int kDropoutSmemBytes =
+    (Traits::kRoleSplit ? 1 : Traits::kNConsumerWG) * BwdDropoutT::kWords * int(sizeof(uint32_t));
 
 template <class Traits, bool kCausal, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
@@ -297,8 +300,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
   if constexpr (Traits::kRoleSplit) {
-    static_assert(!kDropout, "the role-split tile (d = 256) has no dropout variant: bwd_supports refuses it");
-    bwd_consumer_split<Traits, kCausal>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0);
+    if constexpr (kDropout) {
+      static_assert(sizeof(Storage) % 16 == 0, "the mask words are read 16 bytes at a time");
+      uint32_t* smask = reinterpret_cast<uint32_t*>(smem_raw + sizeof(Storage));  // consumer 0's words
+      bwd_consumer_split<Traits, kCausal, true>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0,
+                                                BwdDropoutArgs{&p, batch, head, smask});
+    } else {
+      bwd_consumer_split<Traits, kCausal>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0);
+    }
   } else {
     using TileKV = decltype(select<0, 1>(typename Traits::TileKV{}));
     Tensor tdKrdK = partition_fragment_C(typename Traits::MmaKV{}, TileKV{});  // ((2,2,d/8),1,1) fp32

@@ -13,13 +13,24 @@
 // completed (it waits on it in block m), and after its own dQ, dK GEMMs of block m completed. The
 // named barriers cannot run ahead a generation: consumer 0 arrives at kPReady of block m + 1 only
 // after kDSReady of block m, which needs consumer 1 past kPReady of block m.
+//
+// kDropout (bwd_dropout.h, "role-split tile"): consumer 0 makes its thread's word of block m's mask
+// (2 Philox calls) right after issuing S^T, while the GEMM runs (live then: dV 128 registers and the
+// in-flight S^T 32, not the dQ half); after the exponentials it meets its own warpgroup (barrier
+// kMaskWG0), reads its 8 words, marks the dropped elements of P^T by their sign before the sP store
+// and feeds dV with P^T o M (the 1 / (1 - p) on dV at the store, bwd_kernel.h). Consumer 1 makes no
+// Philox call: dS^T = P^T o (dP^T o M / (1 - p) - D) from the marked P^T it reads anyway. Hazard (one
+// word buffer): consumer 0 writes block m + 1's words after kDSReady of block m, which all of its
+// threads reach only after reading block m's (before kPReady).
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_atom.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "bwd_mainloop.h"  // mask_st, BwdBarrier
+#include "../dropout.h"
+#include "bwd_dropout.h"
+#include "bwd_mainloop.h"  // mask_st, BwdBarrier, BwdDropoutArgs
 #include "fwd_layouts.h"
 #include "wg_gemm.h"
 
@@ -52,7 +63,7 @@ CUTE_DEVICE void red_dq(TensorR const& acc, float* dq_rows, int m0, int col0, in
   }
 }
 
-template <class Traits, bool kCausal>
+template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloopSplit {
   using Element = typename Traits::Element;
   using Pipeline = typename Traits::Pipeline;
@@ -61,6 +72,8 @@ struct BwdMainloopSplit {
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kD = Traits::kHeadDim;
   static constexpr uint32_t kBoth = Traits::kNConsumerThreads;
+  static_assert(!kDropout || (kBlockM == BwdDropoutT::kQueries && kBlockN == BwdDropoutT::kKeys),
+                "bwd_dropout.h's tile: 64 keys x 64 queries");
 
   // dQ half `cwg` of block m: dS (sdS) times K^T columns [cwg kDQCols, ...), zero-initialised, issued.
   template <class Smem, class TensorDQ>
@@ -74,11 +87,12 @@ struct BwdMainloopSplit {
   }
 
   // Consumer 0: S^T, P^T (to sP for consumer 1), dV += P^T dO, dQ half 0. tdVrdV: (64 keys, d) fp32.
-  // Shared tiles as in bwd_mainloop.h; sp: (kPValues / 4 x 128) float4; dq_rows: dq_accum rows.
+  // Shared tiles as in bwd_mainloop.h; sp: (kPValues / 4 x 128) float4; dq_rows: dq_accum rows;
+  // kDropout: drop.smask, this warpgroup's BwdDropoutT::kWords mask words.
   template <class Smem, class TensorDV>
   CUTE_DEVICE static void run_p_dv(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDV& tdVrdV,
                                    int tid, int n0, int m_min, int m_max, int seqlen_q, int seqlen_k,
-                                   float scale_log2, float* dq_rows) {
+                                   float scale_log2, float* dq_rows, BwdDropoutArgs const& drop = BwdDropoutArgs{}) {
     typename Traits::MmaSdP mma_sdp;
     typename Traits::MmaKV mma_kv;
     auto thr_sdp = mma_sdp.get_thread_slice(tid);
@@ -104,6 +118,9 @@ struct BwdMainloopSplit {
       const int m0 = m * kBlockM;
       pipe_q.consumer_wait(st_q);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+      if constexpr (kDropout) {  // this thread's word of block m's mask, while S^T runs
+        drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, n0, m0);
+      }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       const bool need_mask = n0 + kBlockN > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
@@ -117,14 +134,32 @@ struct BwdMainloopSplit {
       }
       pipe_q.consumer_release(st_q);  // S^T and the LSE rows were this warpgroup's reads of the Q stage
       ++st_q;
+      if constexpr (kDropout) {  // every word of block m written: the dropped elements' sign set
+        __syncwarp();  // bar.sync is warp-aligned (synccheck)
+        cutlass::arch::NamedBarrier::sync(BwdDropoutT::kThreads, uint32_t(BwdBarrier::kMaskWG0));
+        uint32_t flags[BwdDropoutT::kWordsPerThread];
+        BwdDropoutT::read(flags, drop.smask, tid);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(s); ++r) {
+            s(r, c) = BwdDropoutSplit::mark(s(r, c), BwdDropoutT::drop_mask(flags, r, c));
+          }
+        }
+      }
       CUTE_UNROLL
       for (int j = 0; j < kP4; ++j) {
         sp[j * 128 + tid] = make_float4(tSrS(4 * j), tSrS(4 * j + 1), tSrS(4 * j + 2), tSrS(4 * j + 3));
       }
       __syncwarp();  // bar.arrive is warp-aligned too (synccheck): converge after the Q spin-wait
       cutlass::arch::NamedBarrier::arrive(kBoth, uint32_t(BwdBarrier::kPReady));
-      CUTE_UNROLL
-      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      if constexpr (kDropout) {
+        CUTE_UNROLL
+        for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(BwdDropoutSplit::kept_p(tSrS(j))); }  // P^T o M
+      } else {
+        CUTE_UNROLL
+        for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      }
       pipe_do.consumer_wait(st_do);
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
@@ -140,9 +175,11 @@ struct BwdMainloopSplit {
   }
 
   // Consumer 1: dP^T, dS^T (P^T from sP; to sdS), dK += dS^T Q, dQ half 1. tdKrdK: (64 keys, d) fp32.
+  // kDropout: the dropped elements of sP's P^T carry their sign (run_p_dv); drop.p: rp_dropout.
   template <class Smem, class TensorDK>
   CUTE_DEVICE static void run_ds_dk(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
-                                    int tid, int m_min, int m_max, float* dq_rows) {
+                                    int tid, int m_min, int m_max, float* dq_rows,
+                                    BwdDropoutArgs const& drop = BwdDropoutArgs{}) {
     typename Traits::MmaSdP mma_sdp;
     typename Traits::MmaKV mma_kv;
     auto thr_sdp = mma_sdp.get_thread_slice(tid);
@@ -191,7 +228,13 @@ struct BwdMainloopSplit {
       for (int c = 0; c < size<1>(dp); ++c) {
         const float dd = delta[get<1>(tScS_rc(0, c))];
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = p(r, c) * (dp(r, c) - dd); }
+        for (int r = 0; r < size<0>(dp); ++r) {
+          if constexpr (kDropout) {
+            dp(r, c) = BwdDropoutSplit::ds(p(r, c), dp(r, c), drop.p->rp_dropout, dd);
+          } else {
+            dp(r, c) = p(r, c) * (dp(r, c) - dd);
+          }
+        }
       }
       pipe_do.consumer_release(st_do);  // dP^T and the delta rows were this warpgroup's reads of the dO stage
       ++st_do;

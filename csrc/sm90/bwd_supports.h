@@ -13,11 +13,10 @@ bool bwd_supports(const BwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) { return false; }
   // Head dims with a tile in bwd_tile_table.h.
   if (p.headdim != p.headdim_rounded || (p.headdim != 64 && p.headdim != 128 && p.headdim != 256)) { return false; }
-  // Dropout: the kDropout variant (bwd_dropout.h) of the d = 64 / 128 tile (d = 256's role-split tile
-  // has none); the dispatch also checks the build compiled it.
+  // Dropout: the kDropout variant (bwd_dropout.h) of every tile, d = 256's role-split tile included;
+  // the dispatch also checks the build compiled it.
   // Softcap, ALiBi, a left window, varlen, deterministic: the sm80 kernels.
   if (needs_mods_besides_dropout(p) || p.deterministic || p.cu_seqlens_q != nullptr) { return false; }
-  if (needs_dropout(p) && p.headdim == 256) { return false; }
   const bool causal = p.window_left < 0 && p.window_right == 0;
   const bool full = p.window_left < 0 && p.window_right < 0;
   if (!causal && !full) { return false; }
