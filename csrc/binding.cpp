@@ -445,6 +445,14 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
   p.sm90_persistent_ctas = sm90_persistent_ctas_from_env();
   const flash::FwdFamily will_run = flash::fwd_family(p);
   check_fwd_smem(q, p, will_run);
+  // The persistent sm90 forward's causal tile counter: one int per call (stream-ordered caching
+  // allocator, zeroed by the launch on the stream: graph capture records the memset), kept alive
+  // until the launch is queued.
+  at::Tensor tile_counter;
+  if (p.sm90_persistent_ctas != 0 && will_run == flash::FwdFamily::kSm90) {
+    tile_counter = at::empty({1}, q.options().dtype(at::kInt));
+    p.sm90_tiles.counter = tile_counter.data_ptr<int>();
+  }
   flash::FwdFamily ran = flash::FwdFamily::kSm80;
   check_launch(flash::run_fwd(p, at::cuda::getCurrentCUDAStream(), &ran), p, what);
   last_family = flash::family_name(ran);

@@ -51,6 +51,19 @@ constexpr bool kSm90BwdHdim256ByDefault = false;
 //   lse: (batch, nheads, seqlen_q) float32, contiguous
 //
 // Which option combinations the kernels implement: params_supported (fwd_dispatch.cu).
+// The persistent sm90 forward's causal tile order (csrc/sm90/fwd_scheduler.h). counter: one int of
+// device memory from the caller, which the launch zeroes on the stream (cudaMemsetAsync) before the
+// kernel; a launch must not share it with another running at the same time; nullptr there: the launch
+// fails with cudaErrorInvalidValue. The rest is set by the launch (the kernel reads it from the
+// constant bank: its producer thread has 24 registers).
+struct Sm90TileOrder {
+  int* counter = nullptr;
+  int section = 0;    // (batch, head) pairs per L2 section (causal_section_pairs)
+  int num_m = 0;      // query blocks per (batch, head)
+  int num_pairs = 0;  // nheads * batch
+  int num_tiles = 0;  // num_m * num_pairs
+};
+
 struct FwdParams {
   // ---- pointers
   const void* __restrict__ q_ptr = nullptr;
@@ -124,6 +137,9 @@ struct FwdParams {
   // CTAs, < 0 one per SM, each looping over tiles. The binding sets it from
   // FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS; a build without the persistent kernel refuses != 0.
   int sm90_persistent_ctas = 0;
+  // Persistent sm90 forward with causal masks only (fwd_scheduler.h's dynamic order). Last member:
+  // the one-tile kernel's parameter offsets stay.
+  Sm90TileOrder sm90_tiles;
 };
 
 // Whether the options need the kMods instantiation (fwd_kernel.h, bwd_kernel.h): softcap, ALiBi,

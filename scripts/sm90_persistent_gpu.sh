@@ -13,8 +13,9 @@
 #       (first the autouse fixture's call: 1 CTA, q = k = v (1, 256, 2, d), the call that hung on
 #       2026-12-02; then multi-tile shapes on 1/3/all CTAs, bit for bit vs the one-tile kernel; a
 #       hang costs 1 min and stops the stage), tests/test_sm90_persistent_gpu.py (1/3/7 CTAs and one
-#       per SM vs the one-tile kernel, bit for bit), then the forward benchmark: tile vs persistent vs
-#       cuDNN at 1k/4k/16k. ~5 min, at most 590 s (the timeouts).
+#       per SM vs the one-tile kernel, bit for bit; causal over L2 sections and from a CUDA graph), then
+#       the forward benchmark: tile vs persistent vs cuDNN at 1k/4k/16k, causal and not. ~6 min, at
+#       most 580 s (the timeouts).
 # Needs the nvidia-cutlass wheel in .whl/ (or CUTLASS_DIR).
 set -uo pipefail
 OUT=${OUT:-$PWD/persist_out}
@@ -38,7 +39,7 @@ case "${1:-}" in
       FLASH_ATTN_CUDA_BACKWARD=0 FLASH_ATTN_CUDA_FEATURES=0 FLASH_ATTN_CUDA_KVCACHE=0 \
       FLASH_ATTN_CUDA_SM90_PERSISTENT=1 FLASH_ATTN_CUDA_PTXAS_VERBOSE=1 MAX_JOBS=$(nproc)
     t0=$(date +%s)
-    timeout -k 10 270 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
+    timeout -k 10 240 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
     brc=$?
     echo "build rc=$brc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/build.log"
     [ $brc -eq 0 ] || { tail -30 "$OUT/build.log"; exit $brc; }
@@ -49,11 +50,11 @@ case "${1:-}" in
     echo "smoke rc=$src" | tee -a "$OUT/smoke.log"
     cat "$OUT/smoke.log" | tail -40
     [ $src -eq 0 ] || exit $src
-    timeout -k 10 120 python3 -m pytest tests/test_sm90_persistent_gpu.py -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
+    timeout -k 10 110 python3 -m pytest tests/test_sm90_persistent_gpu.py -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
     echo "tests rc=$?" | tee -a "$OUT/tests.log"
     tail -15 "$OUT/tests.log"
-    timeout -k 10 140 python3 -m flash_attn_cuda.bench --directions fwd --hdims 64,128 \
-      --seqlens 1024,4096,16384 --impls flash_attn_cuda_sm90,flash_attn_cuda_sm90_persistent,sdpa_cudnn \
+    timeout -k 10 170 python3 -m flash_attn_cuda.bench --directions fwd --hdims 64,128 \
+      --seqlens 1024,4096,16384 --causal both --impls flash_attn_cuda_sm90,flash_attn_cuda_sm90_persistent,sdpa_cudnn \
       --out "$OUT" > "$OUT/bench.log" 2>&1
     echo "bench rc=$?" | tee -a "$OUT/bench.log"
     grep -E "^(\||#)" "$OUT/bench.log" | head -60

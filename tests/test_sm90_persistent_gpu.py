@@ -101,6 +101,51 @@ def test_persistent_one_cta_per_sm_on_a_large_grid(causal):
     assert_same(lse, lse0, "lse")
 
 
+def test_persistent_causal_l2_sections_with_a_short_last_one():
+    """The causal order's L2 sections (fwd_scheduler.h): d = 128, 16k keys (8 MB of K/V per KV head ->
+    4 KV heads, x3 query heads per KV head = 12 pairs per section), 18 pairs: a full section and a
+    last one of 6; ragged seqlen_q, one CTA per SM and 7 CTAs, bit for bit vs the one-tile kernel."""
+    if 128 not in HDIMS:
+        pytest.skip("needs the d = 128 sm90 unit")
+    torch.manual_seed(13)
+    q = torch.randn(3, 16384 - 100, 6, 128, device="cuda", dtype=DTYPES[0])
+    k, v = (torch.randn(3, 16384, 2, 128, device="cuda", dtype=DTYPES[0]) for _ in range(2))
+    out0, lse0 = run(q, k, v, True)
+    for ctas in ("sms", "7"):
+        out, lse = run(q, k, v, True, ctas)
+        assert_same(out, out0, f"out, {ctas} CTAs")
+        assert_same(lse, lse0, f"lse, {ctas} CTAs")
+
+
+def test_persistent_causal_in_a_cuda_graph():
+    """The causal tile counter is zeroed on the stream by every launch: a captured graph replays
+    correctly (a counter left at its last value would skip every tile of the second replay)."""
+    hdim, dtype = HDIMS[0], DTYPES[0]
+    torch.manual_seed(17)
+    q, k, v = (torch.randn(2, 1000, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    os.environ[KNOB] = "sms"
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            attention(q, k, v, causal=True)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = attention(q, k, v, causal=True)
+    finally:
+        os.environ.pop(KNOB, None)
+    assert flash_attn_cuda._ops.last_fwd_family() == "sm90", flash_attn_cuda._ops.last_fwd_family()
+    for replay in range(3):
+        for x in (q, k, v):
+            x.copy_(torch.randn_like(x))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        out0, _ = run(q, k, v, True)
+        assert_same(out, out0, f"out, replay {replay}")
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_persistent_dropout_equals_tile_kernel(causal):
     """The kDropout variant loops too: same seed, same mask, same bits (the mask is per (batch, head, row, key))."""

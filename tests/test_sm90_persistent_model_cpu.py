@@ -82,3 +82,67 @@ def test_every_consumer_release_steps_its_state():
                 assert i + 1 < len(code) and code[i + 1] == f"++st_{x};", \
                     f"fwd_mainloop.h: `{ln}` not followed by `++st_{x};` (next: `{code[i + 1]}`)"
     assert releases == 6, f"expected 6 consumer releases in fwd_mainloop.h (K/V, overlap and not), found {releases}"
+
+
+# ---- The causal kernel's dynamic tile order (fwd_persistent.h publish_tile / receive_tile).
+
+def test_dynamic_order_finishes_and_runs_every_tile_once():
+    """1-3 CTAs sharing the tile counter, random tile lists with empty tiles: every schedule
+    finishes and run() checks each consumer read its producer's index and each tile ran once."""
+    for i in range(200):
+        tiles, ctas = model.random_launch(random.Random(i))
+        assert model.run(tiles, i, ctas=ctas, dynamic=True), f"deadlock: tiles {tiles}, {ctas} CTAs, schedule {i}"
+
+
+def test_dynamic_order_edge_cases():
+    for tiles, ctas in (([0], 1), ([0, 0, 0, 0, 0], 2), ([3], 1), ([1] * 7, 3), ([5, 0, 0, 0, 0, 1], 1),
+                        ([0, 0, 0, 0, 0, 0, 2], 2), ([2, 1], 2)):
+        for i in range(20):
+            assert model.run(tiles, i, ctas=ctas, dynamic=True), f"deadlock: tiles {tiles}, {ctas} CTAs, schedule {i}"
+
+
+def test_static_order_on_several_ctas_runs_every_tile_once():
+    for i in range(100):
+        tiles, ctas = model.random_launch(random.Random(1000 + i))
+        assert model.run(tiles, i, ctas=ctas), f"deadlock: tiles {tiles}, {ctas} CTAs, schedule {i}"
+
+
+def _dynamic_outcomes(seeds, **mutation):
+    out = set()
+    for i in seeds:
+        tiles, ctas = model.random_launch(random.Random(i))
+        try:
+            out.add("done" if model.run(tiles, i, ctas=ctas, dynamic=True, **mutation) else "deadlock")
+        except model.Violation:
+            out.add("violation")
+    return out
+
+
+def test_producer_not_waiting_for_the_slot_to_be_read_is_caught():
+    """Without tile_empty the producer runs ahead over empty tiles and overwrites a slot (a wrong
+    tile read, or tile_full's phases outrunning the consumers)."""
+    assert _dynamic_outcomes(range(100), producer_skips_tile_empty=True) - {"done"}
+
+
+def test_producer_stopping_without_the_out_of_range_index_hangs():
+    assert _dynamic_outcomes(range(20), no_sentinel=True) == {"deadlock"}
+
+
+def test_kernel_publishes_before_it_stops():
+    """fwd_persistent.h's causal loops as the model runs them: the producer's loop condition publishes
+    the index before the range test (the consumers stop on the published out-of-range index), its
+    increment draws the next index from the counter (after the tile's loads, also after an empty
+    tile's `continue`); the consumers take their first and every next index from the ring."""
+    src = (Path(__file__).resolve().parent.parent / "csrc" / "sm90" / "fwd_persistent.h").read_text()
+    cond = src[src.index("CUTE_DEVICE bool producer_has_tile"):]
+    assert cond.index("publish_tile(ss, t);") < cond.index("return t < num_tiles;")
+    cond = src[src.index("CUTE_DEVICE int producer_first_tile"):]
+    assert cond.index("return atomicAdd(p.sm90_tiles.counter, 1);") < cond.index("return int(blockIdx.x);")
+    nxt = src[src.index("CUTE_DEVICE int producer_next_tile"):]
+    assert nxt.index("return atomicAdd(p.sm90_tiles.counter, 1);") < nxt.index("return t + int(gridDim.x);")
+    flat = " ".join(src.split())
+    assert ("for (int t = producer_first_tile<kCausal>(p); producer_has_tile<kCausal>(ss, t, sched.tiles(p)); "
+            "t = producer_next_tile<kCausal>(p, t)) {") in flat
+    assert ("for (int j = 0, t = consumer_tile<kCausal>(ss, 0, blockIdx.x); t < sched.tiles(p); "
+            "++j, t = consumer_tile<kCausal>(ss, j, t + int(gridDim.x))) {") in flat
+    assert "return receive_tile(ss, j);" in src

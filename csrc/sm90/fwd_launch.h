@@ -23,17 +23,28 @@ namespace flash::sm90 {
 
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
 // The persistent kernel: persistent_grid() CTAs (FwdParams::sm90_persistent_ctas) loop over the tiles.
+// Causal: the tile counter (FwdParams::sm90_tiles.counter) is zeroed on the stream first, the rest of
+// sm90_tiles filled in.
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
   auto kernel = &fwd_kernel_persistent<Traits, kCausal, kDropout>;
   constexpr int kSmem = Traits::kSmemBytes;
+  if (kCausal && kp.p.sm90_tiles.counter == nullptr) { return cudaErrorInvalidValue; }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
   const int sms = current_device_attribute<cudaDevAttrMultiProcessorCount>();
   if (sms <= 0) { return cudaErrorInvalidDevice; }
   const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal>(kp.p).num_tiles;
   const int grid = persistent_grid(num_tiles, kp.p.sm90_persistent_ctas, sms);
-  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
+  if constexpr (kCausal) {
+    err = cudaMemsetAsync(kp.p.sm90_tiles.counter, 0, sizeof(int), stream);
+    if (err != cudaSuccess) { return err; }
+    typename FwdTma<Traits>::Params kq = kp;
+    FwdScheduler<Traits::kBlockM, kCausal>::fill_tile_order(kq.p.sm90_tiles, kp.p, Traits::kKVRowBytes);
+    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kq);
+  } else {
+    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
+  }
   return cudaGetLastError();
 }
 #endif

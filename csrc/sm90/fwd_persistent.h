@@ -21,6 +21,16 @@
 //     last block is warpgroup 0's first turn of the next.
 //   - __syncwarp() at the top of each consumer tile: thread 0's q_empty / TMA-store branch of the
 //     last tile must not leave warp 0 diverged at the next tile's aligned bar.sync and wgmma.
+//   - Causal tile order (fwd_scheduler.h): dynamic. Only the producer thread draws tiles (its first,
+//     then one after each tile's last load: atomicAdd(counter, 1)) and publishes every index, empty
+//     tiles and the final out-of-range one included, in tile_slot[j & 1] for the consumers' j-th tile:
+//     it waits tile_empty[j & 1] (phase of tile j - 2, for j >= 2: all kNConsumerThreads consumer
+//     threads have read that slot), writes the slot, arrives on tile_full[j & 1] (release); each
+//     consumer thread waits tile_full[j & 1] parity (j >> 1) & 1 (acquire), reads the slot, arrives on
+//     tile_empty[j & 1], and stops at the out-of-range index. Both sides see the same tile list, so
+//     the per-tile protocol above holds unchanged. tools/sm90_persistent_model.py (dynamic=True) runs
+//     it on several CTAs sharing one counter: every tile exactly once, no deadlock. The non-causal
+//     loops are the static ones (the helpers below reduce to t = blockIdx.x; t += gridDim.x).
 // Only built with FLASH_ATTN_CUDA_SM90_PERSISTENT (fwd_launch.h); the default launch is fwd_kernel.h.
 // Every mbarrier wait goes through watchdog.h (a trap with the wait's site in FLASH_ATTN_SM90_WATCHDOG
 // debug builds; the plain wait otherwise).
@@ -44,6 +54,67 @@
 namespace flash::sm90 {
 
 using namespace cute;
+
+// The causal kernel's tile ring (see above): the producer thread's side, publishing its j-th index t
+// (j = ss.tile_count: the producer thread's 24 registers hold no loop state beyond the static loop's).
+template <class Storage>
+CUTE_DEVICE void publish_tile(Storage& ss, int t) {
+  volatile int* count = &ss.tile_count;
+  const int j = *count;
+  if (j >= 2) { mbar_wait(&ss.tile_empty[j & 1], uint32_t((j >> 1) - 1) & 1u, WaitSite::kTileEmpty, t, j); }
+  *reinterpret_cast<volatile int*>(&ss.tile_slot[j & 1]) = t;
+  asm volatile("" ::: "memory");  // the slot store before the arrival (mbarrier.arrive: release.cta)
+  cutlass::arch::ClusterBarrier::arrive(&ss.tile_full[j & 1]);
+  *count = j + 1;
+}
+
+// A consumer thread's side: the index of its j-th tile.
+template <class Storage>
+CUTE_DEVICE int receive_tile(Storage& ss, int j) {
+  mbar_wait(&ss.tile_full[j & 1], uint32_t(j >> 1) & 1u, WaitSite::kTileFull, -1, j);
+  asm volatile("" ::: "memory");  // the slot load after the wait (acquire)
+  const int t = *reinterpret_cast<volatile int*>(&ss.tile_slot[j & 1]);
+  asm volatile("" ::: "memory");  // ... and before this thread's release of the slot
+  cutlass::arch::ClusterBarrier::arrive(&ss.tile_empty[j & 1]);
+  return t;
+}
+
+// The producer's first tile: blockIdx.x, causal the first index of the launch's counter.
+template <bool kCausal>
+CUTE_DEVICE int producer_first_tile(const FwdParams& p) {
+  if constexpr (kCausal) {
+    return atomicAdd(p.sm90_tiles.counter, 1);
+  } else {
+    return int(blockIdx.x);
+  }
+}
+
+// The producer's loop condition for tile t (causal: publish it first, also the out-of-range one).
+template <bool kCausal, class Storage>
+CUTE_DEVICE bool producer_has_tile(Storage& ss, int t, int num_tiles) {
+  if constexpr (kCausal) { publish_tile(ss, t); }
+  return t < num_tiles;
+}
+
+// The producer's next tile after t (causal: the longest one left, from the counter).
+template <bool kCausal>
+CUTE_DEVICE int producer_next_tile(const FwdParams& p, int t) {
+  if constexpr (kCausal) {
+    return atomicAdd(p.sm90_tiles.counter, 1);
+  } else {
+    return t + int(gridDim.x);
+  }
+}
+
+// A consumer's j-th tile: the published one (causal), else t_static (round-robin).
+template <bool kCausal, class Storage>
+CUTE_DEVICE int consumer_tile(Storage& ss, int j, int t_static) {
+  if constexpr (kCausal) {
+    return receive_tile(ss, j);
+  } else {
+    return t_static;
+  }
+}
 
 template <class Traits, bool kCausal, bool kDropout>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
@@ -78,6 +149,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       QFull::init(&ss.q_full[c], 1);
       QEmpty::init(&ss.q_empty[c], 1);
     }
+    if constexpr (kCausal) {
+      CUTE_UNROLL
+      for (int s = 0; s < 2; ++s) {
+        QEmpty::init(&ss.tile_full[s], 1);
+        QEmpty::init(&ss.tile_empty[s], Traits::kNConsumerThreads);
+      }
+      ss.tile_count = 0;
+    }
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
@@ -98,14 +177,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   };
 
   if (wg == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    cutlass::arch::warpgroup_reg_dealloc<kCausal ? Traits::kProducerRegsDynamic : Traits::kProducerRegs>();
     if (threadIdx.x != 0) { return; }
     PipelineState st_k = cutlass::make_producer_start_state<Pipeline>();
     PipelineState st_v = cutlass::make_producer_start_state<Pipeline>();
     int loaded = 0;  // non-empty tiles whose Q this CTA has loaded
-    for (int t = blockIdx.x; t < sched.num_tiles; t += gridDim.x) {
+    for (int t = producer_first_tile<kCausal>(p); producer_has_tile<kCausal>(ss, t, sched.tiles(p));
+         t = producer_next_tile<kCausal>(p, t)) {
       int m_block, head, batch, n_min, n_max;
-      sched.decode(t, m_block, head, batch);
+      sched.decode(t, m_block, head, batch, p);
       kv_block_range<Traits, kCausal>(p, m_block * Traits::kBlockM, n_min, n_max);
       if (n_max <= n_min) { continue; }  // the consumers skip it too (run_empty)
       const int head_k = head / (p.nheads / p.nheads_k);
@@ -141,7 +221,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  cutlass::arch::warpgroup_reg_alloc<kCausal ? Traits::kConsumerRegsDynamic : Traits::kConsumerRegs>();
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
   Tensor sQ = sQ_wg(cwg);
@@ -151,10 +231,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     if (cwg == kNWG - 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 0u); }
   }
   int loaded = 0;  // non-empty tiles this warpgroup has run
-  for (int t = blockIdx.x; t < sched.num_tiles; t += gridDim.x) {
-    __syncwarp();
+  for (int j = 0, t = consumer_tile<kCausal>(ss, 0, blockIdx.x); t < sched.tiles(p);
+       ++j, t = consumer_tile<kCausal>(ss, j, t + int(gridDim.x))) {
+    __syncwarp();  // also after receive_tile's spin-wait
     int m_block, head, batch, n_min, n_max;
-    sched.decode(t, m_block, head, batch);
+    sched.decode(t, m_block, head, batch, p);
     const int m0 = m_block * Traits::kBlockM;
     const int row0 = m0 + kWGRows * cwg;
     kv_block_range<Traits, kCausal>(p, m0, n_min, n_max);

@@ -15,7 +15,8 @@
 
 namespace flash::sm90 {
 
-enum class WaitSite : int { kQFull = 0, kQEmpty = 1, kKFull = 2, kVFull = 3, kKEmpty = 4, kVEmpty = 5 };
+enum class WaitSite : int { kQFull = 0, kQEmpty = 1, kKFull = 2, kVFull = 3, kKEmpty = 4, kVEmpty = 5,
+                            kTileFull = 6, kTileEmpty = 7 };
 
 #ifdef FLASH_ATTN_SM90_WATCHDOG
 constexpr long long kWatchdogCycles = 1ll << 32;  // ~2.2 s at 1.98 GHz: far beyond any legitimate wait
@@ -23,8 +24,8 @@ constexpr long long kWatchdogCycles = 1ll << 32;  // ~2.2 s at 1.98 GHz: far bey
 CUTE_DEVICE void watchdog_fire(WaitSite site, uint32_t phase, const uint64_t* bar, int tile, int block) {
   if (threadIdx.x % 32 == 0) {
     const unsigned long long word = bar ? *reinterpret_cast<const volatile unsigned long long*>(bar) : 0ull;
-    printf("sm90 watchdog: CTA %d thread %d site %d (0 q_full 1 q_empty 2 k_full 3 v_full 4 k_empty 5 v_empty) "
-           "phase %u barrier word 0x%016llx tile %d block %d\n",
+    printf("sm90 watchdog: CTA %d thread %d site %d (0 q_full 1 q_empty 2 k_full 3 v_full 4 k_empty 5 v_empty "
+           "6 tile_full 7 tile_empty) phase %u barrier word 0x%016llx tile %d block %d\n",
            int(blockIdx.x), int(threadIdx.x), int(site), phase, word, tile, block);
   }
   __trap();
