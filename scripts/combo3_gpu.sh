@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Device calls for branch combo3 (main + bwd256drop + lpt): `part1` builds (d = 64/128/256 bf16, archs
+# 90;90a, feature kernels, persistent forward) unless a build of these sources is already here, then
+# synccheck of the plain d = 256 backward, the sm90 dropout backward tests, d = 256 dropout speed vs
+# SDPA flash, the persistent smoke and causal persistent speed. `part2`: sanitizers on the dropout
+# backward (d = 256 and 128), persistent tests, routing tests, the whole dropout file. Logs in $OUT.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-$PWD/combo3_out}; mkdir -p "$OUT" "$OUT/res"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+if [ ! -d /tmp/cw/cutlass_library ]; then
+  rm -rf /tmp/cw && mkdir -p /tmp/cw
+  python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('.whl/nvidia_cutlass-*.whl')[0]).extractall('/tmp/cw')"
+fi
+export CUTLASS_DIR=/tmp/cw/cutlass_library/source
+export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=${HDIMS:-64,128,256} FLASH_ATTN_CUDA_DTYPES=bf16 \
+  FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 FLASH_ATTN_CUDA_SM90_PERSISTENT=1 MAX_JOBS=16 \
+  FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
+so=$(ls flash_attn_cuda/_C*.so 2>/dev/null | head -1)
+if [ -z "$so" ] || [ -n "$(find csrc setup.py tools -newer "$so" -type f | grep -v instantiations | head -1)" ]; then
+  t0=$(date +%s)
+  timeout -k 10 ${BUILD_TIMEOUT:-260} python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; brc=$?
+  echo "build rc=$brc in $(( $(date +%s) - t0 )) s"
+  [ $brc -eq 0 ] || { grep -E "error" "$OUT/build.log" | head -20; tail -20 "$OUT/build.log"; exit 1; }
+  python3 tools/check_sass.py --log "$OUT/build.log" build/temp*/csrc/instantiations/sm90_*.o 2>&1 | tail -3
+  grep -A2 "Function properties for .*sm90" "$OUT/build.log" | grep -E "spill" | sort | uniq -c | sort -rn | head -5
+else
+  echo "build: reusing $so"
+fi
+DEADLINE=${DEADLINE:-575}
+left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
+stage() {  # stage NAME TIMEOUT CMD...
+  local name=$1 t=$2; shift 2
+  if [ "$(left)" -lt "$t" ]; then t=$(left); fi
+  if [ "$t" -lt 15 ]; then echo "== $name skipped (deadline)"; return 99; fi
+  local s0=$(date +%s)
+  timeout -k 5 "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc ($(( $(date +%s) - s0 )) s)"
+  grep -E "^(FAILED|ERROR)|passed|failed|SUMMARY|Error|error|^sanitize|mismatch|smoke" "$OUT/$name.log" | tail -${TAILN:-8}
+  return $rc
+}
+san() { PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$1" --error-exitcode 9 python3 "${@:2}"; }
+case "${1:-}" in
+part1)
+  stage san_plain_sync 60 san synccheck scripts/sanitize_sm90_bwd.py 256
+  TAILN=12 stage tests_drop 100 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_dropout_gpu.py -k sm90_backward
+  stage bench_drop 100 python3 -m flash_attn_cuda.bench --directions fwd,bwd --hdims 256 --seqlens 1024,4096 --causal 0 \
+    --dropout 0.1 --impls flash_attn_cuda_sm90,flash_attn_cuda_sm80,sdpa_flash --prefix h200_bwd256drop --out "$OUT/res"
+  grep -E "^\|" "$OUT/bench_drop.log" | head -30
+  stage smoke 60 python3 scripts/sm90_persistent_smoke.py
+  stage bench_persist 130 python3 -m flash_attn_cuda.bench --directions fwd --hdims 64,128 --seqlens 1024,4096,16384 \
+    --causal 1 --impls flash_attn_cuda_sm90,flash_attn_cuda_sm90_persistent,sdpa_cudnn --prefix h200_lpt --out "$OUT/res"
+  grep -E "^\|" "$OUT/bench_persist.log" | head -30
+  ;;
+part2)
+  stage san_drop_sync 60 san synccheck scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
+  stage san_drop_race 90 san racecheck scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
+  stage san_drop_mem 60 san memcheck scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
+  TAILN=12 stage tests_persist 110 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_sm90_persistent_gpu.py
+  TAILN=12 stage tests_route 60 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_sm90_bwd_gpu.py -k d256
+  TAILN=12 stage tests_all 170 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_dropout_gpu.py
+  ;;
+*) echo "usage: $0 part1|part2" >&2; exit 2 ;;
+esac
+tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null
+rm -rf "$OUT"/*.log "$OUT/res"
+echo "total $(( $(date +%s) - T0 )) s"
