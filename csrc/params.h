@@ -38,10 +38,10 @@ constexpr bool kSm90ByDefault = true;
 // H200 (benchmarks/NOTES.md "Hopper backward"); fp16 runs it only when asked (FLASH_ATTN_CUDA_FAMILY
 // =sm90) until its fp16 build has run on a GPU.
 constexpr bool kSm90BwdByDefault = true;
-// d = 256 (the role-split tile, sm90/bwd_mainloop_split.h) runs only when asked (FLASH_ATTN_CUDA_FAMILY
-// =sm90): its GPU tests, memcheck and racecheck passed on the H200, but synccheck reported its warps
-// diverged at a named barrier (bar.sync) there; the __syncwarp() added since has not run on a GPU.
-constexpr bool kSm90BwdHdim256ByDefault = false;
+// d = 256 (the role-split tile, sm90/bwd_mainloop_split.h) by default too: 1.3x the sm80 backward
+// (results/h200_bwd256.md); on since its pipeline waits leave the warp converged (synccheck had found
+// diverged warps at its named barriers, bwd_mainloop_split.h consumer_wait_converged).
+constexpr bool kSm90BwdHdim256ByDefault = true;
 
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
 //

@@ -39,10 +39,9 @@ stage() {  # stage NAME TIMEOUT CMD...
   grep -E "^(FAILED|ERROR)|passed|failed|SUMMARY|Error|error|^sanitize|mismatch|smoke" "$OUT/$name.log" | tail -${TAILN:-8}
   return $rc
 }
-san() { PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$1" --error-exitcode 9 python3 "${@:2}"; }
 case "${1:-}" in
 part1)
-  stage san_plain_sync 60 san synccheck scripts/sanitize_sm90_bwd.py 256
+  stage san_plain_sync 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool synccheck --error-exitcode 9 python3 scripts/sanitize_sm90_bwd.py 256
   TAILN=12 stage tests_drop 100 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_dropout_gpu.py -k sm90_backward
   stage bench_drop 100 python3 -m flash_attn_cuda.bench --directions fwd,bwd --hdims 256 --seqlens 1024,4096 --causal 0 \
     --dropout 0.1 --impls flash_attn_cuda_sm90,flash_attn_cuda_sm80,sdpa_flash --prefix h200_bwd256drop --out "$OUT/res"
@@ -53,14 +52,29 @@ part1)
   grep -E "^\|" "$OUT/bench_persist.log" | head -30
   ;;
 part2)
-  stage san_drop_sync 60 san synccheck scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
-  stage san_drop_race 90 san racecheck scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
-  stage san_drop_mem 60 san memcheck scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
+  stage san_plain_sync 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool synccheck --error-exitcode 9 python3 scripts/sanitize_sm90_bwd.py 256
+  stage san_drop_sync 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool synccheck --error-exitcode 9 python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
+  stage san_drop_race 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
+  stage san_drop_mem 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256 128
   TAILN=12 stage tests_persist 110 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_sm90_persistent_gpu.py
   TAILN=12 stage tests_route 60 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_sm90_bwd_gpu.py -k d256
   TAILN=12 stage tests_all 170 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_dropout_gpu.py
   ;;
-*) echo "usage: $0 part1|part2" >&2; exit 2 ;;
+part3)  # HDIMS=256: the role-split tile's converged waits (sanitizers), tests, speed
+  stage san_plain_sync 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool synccheck python3 scripts/sanitize_sm90_bwd.py 256
+  stage san_drop_sync 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool synccheck python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256
+  stage san_drop_race 80 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool racecheck python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256
+  stage san_plain_race 80 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool racecheck python3 scripts/sanitize_sm90_bwd.py 256
+  stage san_drop_mem 50 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool memcheck python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256
+  TAILN=12 stage tests 150 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_sm90_bwd_gpu.py tests/test_dropout_gpu.py
+  stage bench_drop 70 python3 -m flash_attn_cuda.bench --directions fwd,bwd --hdims 256 --seqlens 1024,4096 --causal 0 \
+    --dropout 0.1 --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_flash --prefix h200_bwd256drop --out "$OUT/res"
+  grep -E "^\|" "$OUT/bench_drop.log" | head -30
+  stage bench_plain 90 python3 -m flash_attn_cuda.bench --directions fwd,bwd --hdims 256 --seqlens 1024,4096,16384 --causal both \
+    --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_cudnn --prefix h200_bwd256_conv --out "$OUT/res"
+  grep -E "^\|" "$OUT/bench_plain.log" | head -40
+  ;;
+*) echo "usage: $0 part1|part2|part3" >&2; exit 2 ;;
 esac
 tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null
 rm -rf "$OUT"/*.log "$OUT/res"

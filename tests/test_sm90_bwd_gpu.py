@@ -85,16 +85,12 @@ def test_sm90_leaves_unsupported_calls_to_sm80():
     assert flash_attn_cuda._ops.last_bwd_family() == "sm80"
 
 
-def test_d256_runs_sm80_unless_asked(monkeypatch):
-    """d = 256's sm90 backward is opt-in (params.h kSm90BwdHdim256ByDefault): with the family unset a bf16
-    d = 256 backward runs the sm80 kernels, right; d = 64/128 run sm90 (kSm90BwdByDefault)."""
+def test_d256_runs_sm90_by_default(monkeypatch):
+    """d = 256's sm90 backward (the role-split tile) is on by default (params.h kSm90BwdHdim256ByDefault):
+    with the family unset a bf16 d = 256 backward runs it, right."""
     if 256 not in HDIMS or torch.bfloat16 not in DTYPES:
         pytest.skip("d = 256 bf16 not in this build")
-    monkeypatch.delenv("FLASH_ATTN_CUDA_FAMILY")
+    monkeypatch.delenv("FLASH_ATTN_CUDA_FAMILY", raising=False)
     q, k, v = (rand(1, 200, 2, 256, dtype=torch.bfloat16) for _ in range(3))
-    check(q, k, v, True, expect_sm90=False)
-    assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
-    small = [d for d in HDIMS if d != 256]
-    if small:
-        q, k, v = (rand(1, 200, 2, small[0], dtype=torch.bfloat16) for _ in range(3))
-        check(q, k, v, True)
+    check(q, k, v, True)
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()

@@ -38,6 +38,20 @@ namespace flash::sm90 {
 
 using namespace cute;
 
+// A pipeline stage's wait that leaves the warp converged. consumer_wait's retry loop (SASS: TRYWAIT,
+// a branch per lane out of line and back, no reconvergence point) can let a warp's lanes leave it
+// apart, and ptxas drops a __syncwarp() after it (the next wgmma counts as proof of convergence).
+// compute-sanitizer synccheck saw such warps at this tile's kDSReady bar.sync (544 errors, d = 256,
+// H200, 2026-12-02), racecheck in the dropout variant the hazard that barrier orders (consumer 0's sP
+// store of block m + 1 against consumer 1's read of block m). Here the loop condition is a warp
+// vote: every lane leaves in the same iteration (a stage once full stays full until this warpgroup
+// releases it, so a lane that saw it done keeps seeing it done).
+template <class Pipeline, class State>
+CUTE_DEVICE void consumer_wait_converged(Pipeline& pipe, State const& st) {
+  auto token = pipe.consumer_try_wait(st);
+  while (!__all_sync(0xffffffffu, token == cutlass::BarrierStatus::WaitDone)) { token = pipe.consumer_try_wait(st); }
+}
+
 // One consumer's dQ part (kDQRows x kDQCols, columns from col0) added into the row-major fp32
 // dq_accum rows of this (batch, head) from query row m0: one 8-byte vector reduction per column pair.
 // Addresses are the thread's first element plus compile-time offsets (the accumulator layout of
@@ -116,7 +130,7 @@ struct BwdMainloopSplit {
 #pragma unroll 1
     for (int m = m_min; m < m_max; ++m) {
       const int m0 = m * kBlockM;
-      pipe_q.consumer_wait(st_q);
+      consumer_wait_converged(pipe_q, st_q);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
       if constexpr (kDropout) {  // this thread's word of block m's mask, while S^T runs
         drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, n0, m0);
@@ -135,7 +149,6 @@ struct BwdMainloopSplit {
       pipe_q.consumer_release(st_q);  // S^T and the LSE rows were this warpgroup's reads of the Q stage
       ++st_q;
       if constexpr (kDropout) {  // every word of block m written: the dropped elements' sign set
-        __syncwarp();  // bar.sync is warp-aligned (synccheck)
         cutlass::arch::NamedBarrier::sync(BwdDropoutT::kThreads, uint32_t(BwdBarrier::kMaskWG0));
         uint32_t flags[BwdDropoutT::kWordsPerThread];
         BwdDropoutT::read(flags, drop.smask, tid);
@@ -151,7 +164,6 @@ struct BwdMainloopSplit {
       for (int j = 0; j < kP4; ++j) {
         sp[j * 128 + tid] = make_float4(tSrS(4 * j), tSrS(4 * j + 1), tSrS(4 * j + 2), tSrS(4 * j + 3));
       }
-      __syncwarp();  // bar.arrive is warp-aligned too (synccheck): converge after the Q spin-wait
       cutlass::arch::NamedBarrier::arrive(kBoth, uint32_t(BwdBarrier::kPReady));
       if constexpr (kDropout) {
         CUTE_UNROLL
@@ -160,9 +172,8 @@ struct BwdMainloopSplit {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
-      pipe_do.consumer_wait(st_do);
+      consumer_wait_converged(pipe_do, st_do);
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
-      __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
       issue_dq(sm, tdQrdQ, 0, tid);
       warpgroup_wait<0>();
@@ -209,11 +220,10 @@ struct BwdMainloopSplit {
 #pragma unroll 1
     for (int m = m_min; m < m_max; ++m) {
       const int m0 = m * kBlockM;
-      pipe_do.consumer_wait(st_do);
+      consumer_wait_converged(pipe_do, st_do);
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
-      __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kPReady));
       CUTE_UNROLL
       for (int j = 0; j < kP4; ++j) {
@@ -242,9 +252,8 @@ struct BwdMainloopSplit {
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
       copy(r2s_ds, tdSrdS, tdSsdSt);
       cutlass::arch::fence_view_async_shared();  // wgmma (async proxy) reads what stmatrix wrote
-      __syncwarp();  // bar.sync is warp-aligned: converge after the mbarrier spin-waits (synccheck)
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
-      pipe_q.consumer_wait(st_q);
+      consumer_wait_converged(pipe_q, st_q);
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
       issue_dq(sm, tdQrdQ, 1, tid);
       warpgroup_wait<0>();
