@@ -39,8 +39,8 @@ constexpr bool kSm90ByDefault = true;
 // =sm90) until its fp16 build has run on a GPU.
 constexpr bool kSm90BwdByDefault = true;
 // d = 256 (the role-split tile, sm90/bwd_mainloop_split.h) by default too: 1.3x the sm80 backward
-// (results/h200_bwd256.md); on since its pipeline waits leave the warp converged (synccheck had found
-// diverged warps at its named barriers, bwd_mainloop_split.h consumer_wait_converged).
+// (results/h200_bwd256.md); on since each of its named barriers is synced from one instruction
+// (synccheck had rejected kDSReady synced by both consumers' code, bwd_mainloop_split.h).
 constexpr bool kSm90BwdHdim256ByDefault = true;
 
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.

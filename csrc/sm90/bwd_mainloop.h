@@ -37,9 +37,9 @@ namespace flash::sm90 {
 using namespace cute;
 
 // Named-barrier ids of the backward's two consumer warpgroups (cutlass adds its reserved ones);
-// kPReady: the role-split tile's P^T hand-over (bwd_mainloop_split.h); kMaskWG0 + cwg: one
-// warpgroup's dropout mask words written (kDropout only).
-enum class BwdBarrier : uint32_t { kDSReady = 0, kPReady = 1, kMaskWG0 = 2 };
+// kPReady, kDSOwn: the role-split tile's P^T hand-over and consumer 1's own sdS (bwd_mainloop_split.h);
+// kMaskWG0 + cwg: one warpgroup's dropout mask words written (kDropout only).
+enum class BwdBarrier : uint32_t { kDSReady = 0, kPReady = 1, kMaskWG0 = 2, kDSOwn = 4 };
 
 // What the kDropout mainloop reads: the call's parameters (the generator state, rp_dropout: read
 // where used, from the kernel's parameter space or, under graph capture, from global memory, not

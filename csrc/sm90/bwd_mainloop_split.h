@@ -5,14 +5,17 @@
 //               dV += P^T dO issued; sync kDSReady; dQ half 0 issued; dV, dQ waited; dO released;
 //               dQ half 0 added to dq_accum (red.global.add.v2.f32).
 //   consumer 1: dP^T issued, waited; sync kPReady; P^T from sP, dS^T = P^T (dP^T - D); dO released;
-//               dS^T bf16 to sdS; fence; sync kDSReady; dK += dS^T Q and dQ half 1 issued, waited;
+//               dS^T bf16 to sdS; fence; arrive kDSReady, sync kDSOwn (this warpgroup); dK += dS^T Q
+//               and dQ half 1 issued, waited;
 //               Q released; dQ half 1 added to dq_accum.
 // Hazards (one sP and one sdS buffer): consumer 0 writes sP of block m + 1 after kDSReady of block m,
 // which consumer 1 reaches only after reading sP of block m. Consumer 1 writes sdS of block m + 1
 // after kPReady of block m + 1, which consumer 0 arrives at only after its dQ GEMM of block m
 // completed (it waits on it in block m), and after its own dQ, dK GEMMs of block m completed. The
 // named barriers cannot run ahead a generation: consumer 0 arrives at kPReady of block m + 1 only
-// after kDSReady of block m, which needs consumer 1 past kPReady of block m.
+// after kDSReady of block m, which needs consumer 1 past kPReady of block m; consumer 1 arrives at
+// kDSReady of block m + 1 only after kPReady of block m + 1, which needs consumer 0 past kDSReady of
+// block m.
 //
 // kDropout (bwd_dropout.h, "role-split tile"): consumer 0 makes its thread's word of block m's mask
 // (2 Philox calls) right after issuing S^T, while the GEMM runs (live then: dV 128 registers and the
@@ -37,20 +40,6 @@
 namespace flash::sm90 {
 
 using namespace cute;
-
-// A pipeline stage's wait that leaves the warp converged. consumer_wait's retry loop (SASS: TRYWAIT,
-// a branch per lane out of line and back, no reconvergence point) can let a warp's lanes leave it
-// apart, and ptxas drops a __syncwarp() after it (the next wgmma counts as proof of convergence).
-// compute-sanitizer synccheck saw such warps at this tile's kDSReady bar.sync (544 errors, d = 256,
-// H200, 2026-12-02), racecheck in the dropout variant the hazard that barrier orders (consumer 0's sP
-// store of block m + 1 against consumer 1's read of block m). Here the loop condition is a warp
-// vote: every lane leaves in the same iteration (a stage once full stays full until this warpgroup
-// releases it, so a lane that saw it done keeps seeing it done).
-template <class Pipeline, class State>
-CUTE_DEVICE void consumer_wait_converged(Pipeline& pipe, State const& st) {
-  auto token = pipe.consumer_try_wait(st);
-  while (!__all_sync(0xffffffffu, token == cutlass::BarrierStatus::WaitDone)) { token = pipe.consumer_try_wait(st); }
-}
 
 // One consumer's dQ part (kDQRows x kDQCols, columns from col0) added into the row-major fp32
 // dq_accum rows of this (batch, head) from query row m0: one 8-byte vector reduction per column pair.
@@ -130,7 +119,7 @@ struct BwdMainloopSplit {
 #pragma unroll 1
     for (int m = m_min; m < m_max; ++m) {
       const int m0 = m * kBlockM;
-      consumer_wait_converged(pipe_q, st_q);
+      pipe_q.consumer_wait(st_q);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
       if constexpr (kDropout) {  // this thread's word of block m's mask, while S^T runs
         drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, n0, m0);
@@ -172,7 +161,7 @@ struct BwdMainloopSplit {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
-      consumer_wait_converged(pipe_do, st_do);
+      pipe_do.consumer_wait(st_do);
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
       issue_dq(sm, tdQrdQ, 0, tid);
@@ -220,7 +209,7 @@ struct BwdMainloopSplit {
 #pragma unroll 1
     for (int m = m_min; m < m_max; ++m) {
       const int m0 = m * kBlockM;
-      consumer_wait_converged(pipe_do, st_do);
+      pipe_do.consumer_wait(st_do);
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, st_do.index()), tdPrdP);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
@@ -252,8 +241,13 @@ struct BwdMainloopSplit {
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
       copy(r2s_ds, tdSrdS, tdSsdSt);
       cutlass::arch::fence_view_async_shared();  // wgmma (async proxy) reads what stmatrix wrote
-      cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kDSReady));
-      consumer_wait_converged(pipe_q, st_q);
+      // Consumer 0 waits for dS^T (and for this warpgroup's reads of sP); this one need not wait for
+      // consumer 0, only for its own sdS stores before its dK GEMM reads them. One bar.sync per
+      // barrier: compute-sanitizer synccheck rejects a bar.sync met from two instructions (the two
+      // consumers' code), 544-640 errors on the H200 when both synced kDSReady.
+      cutlass::arch::NamedBarrier::arrive(kBoth, uint32_t(BwdBarrier::kDSReady));
+      cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, uint32_t(BwdBarrier::kDSOwn));
+      pipe_q.consumer_wait(st_q);
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
       issue_dq(sm, tdQrdQ, 1, tid);
       warpgroup_wait<0>();
