@@ -55,8 +55,10 @@ static bool sm90_bwd_compiled(const BwdParams& params) {
 }
 
 FwdFamily bwd_family(const BwdParams& params) {
+  const bool d256 = params.headdim_rounded == 256;
   const bool by_default = kSm90BwdByDefault && params.dtype == DType::kBFloat16 &&
-                          (params.headdim_rounded != 256 || kSm90BwdHdim256ByDefault);
+                          (!d256 || kSm90BwdHdim256ByDefault) &&
+                          (!d256 || !needs_dropout(params) || kSm90BwdHdim256DropoutByDefault);
   const bool wanted = params.family == FwdFamily::kSm90 || (by_default && params.family == FwdFamily::kAuto);
   const bool sm90 = wanted && sm90_bwd_compiled(params) && current_device_is_sm90() &&
                     smem_budget_bytes(params) >= kSm90SmemBudgetBytes && sm90::bwd_supports(params);
