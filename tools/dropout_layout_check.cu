@@ -215,7 +215,6 @@ int check_sm90_bwd_split() {
   using S = flash::sm90::BwdDropoutSplit;
   static_assert(B::kRoleSplit && B::kBlockN == T::kKeys && B::kBlockM == T::kQueries, "the role-split tile");
   using TileS = Shape<Int<T::kKeys>, Int<T::kQueries>>;
-  constexpr int kP4 = B::kPValues / 4;
   auto value = [](int key, int query, uint32_t salt) {  // in [0, 1), exactly 0 for a few
     uint32_t h = uint32_t(key) * 0x9E3779B1u ^ uint32_t(query) * 0x85EBCA77u ^ salt;
     h ^= h >> 15;
@@ -231,7 +230,7 @@ int check_sm90_bwd_split() {
                                 t ? 128u : 230u};
     alignas(16) uint32_t words[T::kWords];
     for (int tid = 0; tid < T::kThreads; ++tid) { words[tid] = T::make_word(rng, tid, key0, query0); }
-    static float4 sp[kP4 * 128];
+    static float4 sp[B::kPValues / 4 * 128];
     for (int tid = 0; tid < T::kThreads; ++tid) {  // consumer 0
       typename B::MmaSdP mma;
       auto thr = mma.get_thread_slice(tid);
@@ -253,22 +252,14 @@ int check_sm90_bwd_split() {
             std::printf("split dV operand: tid %d key %d query %d: %g, want %g\n", tid, key, query, got, want);
           }
         }
-      for (int j = 0; j < kP4; ++j) {
-        sp[j * 128 + tid] = make_float4(frag(4 * j), frag(4 * j + 1), frag(4 * j + 2), frag(4 * j + 3));
-      }
+      B::store_p(sp, frag, tid);  // the kernel's own sP layout (bwd_traits_split.h)
     }
     for (int tid = 0; tid < T::kThreads; ++tid) {  // consumer 1
       typename B::MmaSdP mma;
       auto thr = mma.get_thread_slice(tid);
       Tensor fdp = partition_fragment_C(mma, TileS{});  // dP^T
       Tensor fp = make_tensor<float>(fdp.layout());     // P^T from sP
-      for (int j = 0; j < kP4; ++j) {
-        const float4 v = sp[j * 128 + tid];
-        fp(4 * j) = v.x;
-        fp(4 * j + 1) = v.y;
-        fp(4 * j + 2) = v.z;
-        fp(4 * j + 3) = v.w;
-      }
+      B::load_p(sp, fp, tid);
       Tensor dp = make_tensor(fdp.data(), flash::sm90::acc_rowcol(fdp.layout()));
       Tensor pm = make_tensor(fp.data(), flash::sm90::acc_rowcol(fp.layout()));
       Tensor c = thr.partition_C(make_identity_tensor(TileS{}));

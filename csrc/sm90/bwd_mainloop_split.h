@@ -112,7 +112,6 @@ struct BwdMainloopSplit {
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     float4* sp = reinterpret_cast<float4*>(sm.p);
-    constexpr int kP4 = Traits::kPValues / 4;
     static_assert(decltype(size(tSrS))::value == Traits::kPValues);
 
     PipelineState st_q, st_do;
@@ -149,10 +148,7 @@ struct BwdMainloopSplit {
           }
         }
       }
-      CUTE_UNROLL
-      for (int j = 0; j < kP4; ++j) {
-        sp[j * 128 + tid] = make_float4(tSrS(4 * j), tSrS(4 * j + 1), tSrS(4 * j + 2), tSrS(4 * j + 3));
-      }
+      Traits::store_p(sp, tSrS, tid);
       cutlass::arch::NamedBarrier::arrive(kBoth, uint32_t(BwdBarrier::kPReady));
       if constexpr (kDropout) {
         CUTE_UNROLL
@@ -198,7 +194,6 @@ struct BwdMainloopSplit {
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     const float4* sp = reinterpret_cast<const float4*>(sm.p);
-    constexpr int kP4 = Traits::kPValues / 4;
     // dS^T (keys, q) out with stmatrix.trans (keys contiguous in sdS), shared-space stores.
     auto r2s_ds = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
     auto r2s_thr_ds = r2s_ds.get_thread_slice(tid);
@@ -214,14 +209,7 @@ struct BwdMainloopSplit {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       cutlass::arch::NamedBarrier::arrive_and_wait(kBoth, uint32_t(BwdBarrier::kPReady));
-      CUTE_UNROLL
-      for (int j = 0; j < kP4; ++j) {
-        const float4 v = sp[j * 128 + tid];
-        tPrP(4 * j) = v.x;
-        tPrP(4 * j + 1) = v.y;
-        tPrP(4 * j + 2) = v.z;
-        tPrP(4 * j + 3) = v.w;
-      }
+      Traits::load_p(sp, tPrP, tid);
       const float* delta = sm.delta + st_do.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp); ++c) {

@@ -82,6 +82,24 @@ struct BwdTraitsSplit : BwdOperandSmem<kHeadDim_, kBlockM_, 64, kStages_, Elemen
   // (consecutive threads, consecutive 16 bytes: no bank conflicts on either side).
   static constexpr int kPValues = kBlockN * kBlockM / 128;  // fp32 per thread
   static_assert(kPValues % 4 == 0);
+  // P^T through sP (consumer 0 stores, consumer 1 loads; both hold it in the S^T accumulator layout):
+  // thread tid's values 4j..4j+3 as float4 j at sp[j * 128 + tid], conflict-free 16-byte accesses.
+  template <class Frag>
+  CUTE_HOST_DEVICE static void store_p(float4* sp, Frag const& f, int tid) {
+    CUTE_UNROLL
+    for (int j = 0; j < kPValues / 4; ++j) { sp[j * 128 + tid] = make_float4(f(4 * j), f(4 * j + 1), f(4 * j + 2), f(4 * j + 3)); }
+  }
+  template <class Frag>
+  CUTE_HOST_DEVICE static void load_p(const float4* sp, Frag& f, int tid) {
+    CUTE_UNROLL
+    for (int j = 0; j < kPValues / 4; ++j) {
+      const float4 v = sp[j * 128 + tid];
+      f(4 * j) = v.x;
+      f(4 * j + 1) = v.y;
+      f(4 * j + 2) = v.z;
+      f(4 * j + 3) = v.w;
+    }
+  }
 
   using Pipeline = typename Base::Pipeline;
   using PipelineState = typename Base::PipelineState;
