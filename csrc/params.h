@@ -42,12 +42,10 @@ constexpr bool kSm90BwdByDefault = true;
 // (results/h200_bwd256.md); on since each of its named barriers is synced from one instruction
 // (synccheck had rejected kDSReady synced by both consumers' code, bwd_mainloop_split.h).
 constexpr bool kSm90BwdHdim256ByDefault = true;
-// Its dropout variant only when asked (FLASH_ATTN_CUDA_FAMILY=sm90): GPU tests passed and it ran
-// 1.21-1.26x SDPA flash's dropout backward, but compute-sanitizer racecheck reported consumer 0's sP
-// store against consumer 1's sP read (48 hazards, H200, 2026-12-02; the plain tile: none), here and
-// with the mask words made a block ahead; branch bwd256drop3 (no barrier that only consumer 0 meets)
-// has not run yet.
-constexpr bool kSm90BwdHdim256DropoutByDefault = false;
+// Its dropout variant too, since its mask is made in registers (bwd_dropout.h make_flags): with a
+// shared word buffer and a barrier of consumer 0 alone, compute-sanitizer racecheck reported consumer
+// 0's sP store against consumer 1's sP read (48 hazards, H200, 2026-12-02; the plain tile: none).
+constexpr bool kSm90BwdHdim256DropoutByDefault = true;
 
 // Strides are in elements. The last dimension (headdim) of every tensor must be contiguous.
 //

@@ -74,13 +74,13 @@ part3)  # HDIMS=256: the role-split tile's converged waits (sanitizers), tests, 
     --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_cudnn --prefix h200_bwd256_conv --out "$OUT/res"
   grep -E "^\|" "$OUT/bench_plain.log" | head -40
   ;;
-part4)  # HDIMS=256: the role-split dropout tile with its mask a block ahead (racecheck), tests, speed
+part4)  # HDIMS=256: the role-split dropout tile (mask in registers since 2026-12-02): sanitizers, tests, speed
   stage san_drop_race 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool racecheck python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256
   stage san_drop_sync 40 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool synccheck python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256
   stage san_drop_mem 40 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 9 --tool memcheck python3 scripts/sanitize_sm90_bwd.py --dropout 0.2 256
   TAILN=12 stage tests 90 python3 -m pytest -q --maxfail=5 -p no:cacheprovider -rfE tests/test_dropout_gpu.py tests/test_sm90_bwd_gpu.py -k "256 or d256 or sm90_backward"
   stage bench_drop 60 python3 -m flash_attn_cuda.bench --directions fwd,bwd --hdims 256 --seqlens 1024,4096 --causal 0 \
-    --dropout 0.1 --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_flash --prefix h200_bwd256drop2 --out "$OUT/res"
+    --dropout 0.1 --impls flash_attn_cuda,flash_attn_cuda_sm80,sdpa_flash --prefix h200_bwd256drop_reg --out "$OUT/res"
   grep -E "^\|" "$OUT/bench_drop.log" | head -30
   ;;
 *) echo "usage: $0 part1|part2|part3|part4" >&2; exit 2 ;;

@@ -167,11 +167,10 @@ def test_sm90_backward_leaves_the_rest_of_dropout_to_sm80(case, sm90_backward):
     assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
 
 
-def test_d256_dropout_backward_runs_sm80_unless_asked(monkeypatch):
-    """d = 256's sm90 dropout backward (the role-split tile) runs only when asked (params.h
-    kSm90BwdHdim256DropoutByDefault, pending racecheck): with the family unset a bf16 d = 256 dropout
-    call's backward runs the sm80 kernels, right (the plain d = 256 backward's sm90 default:
-    test_sm90_bwd_gpu.py::test_d256_runs_sm90_by_default)."""
+def test_d256_dropout_backward_runs_sm90_by_default(monkeypatch):
+    """d = 256's sm90 dropout backward (the role-split tile, params.h kSm90BwdHdim256DropoutByDefault)
+    runs with the family unset: a bf16 d = 256 dropout call's backward runs sm90, right (the plain
+    d = 256 backward's default: test_sm90_bwd_gpu.py::test_d256_runs_sm90_by_default)."""
     if 256 not in HDIMS or DTYPE != torch.bfloat16:
         pytest.skip("needs d = 256 bf16 in the build (the sm90 backward's default is bf16)")
     if not flash_attn_cuda._ops.HAS_SM90 or torch.cuda.get_device_capability() != (9, 0):
@@ -180,7 +179,7 @@ def test_d256_dropout_backward_runs_sm80_unless_asked(monkeypatch):
     torch.manual_seed(21)
     q, k, v = rand(2, 150, 4, 256), rand(2, 260, 2, 256), rand(2, 260, 2, 256)
     check_dense(q, k, v, 0.2, causal=True)
-    assert flash_attn_cuda._ops.last_bwd_family() == "sm80", flash_attn_cuda._ops.last_bwd_family()
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
 
 
 def test_families_draw_the_same_mask(family):

@@ -8,7 +8,7 @@
 // The sm90 backward's transposed tile (sm90/bwd_dropout.h: keys along the wgmma rows, calls shared
 // through a shared-memory word per thread): every thread's generate, then every thread's read and
 // drop_mask on its S^T fragment against dropout_keep(query, key); d = 256's role-split tile (one
-// warpgroup makes the words, the other learns the mask from P^T's sign) also through its sP hand-over
+// warpgroup makes the mask in registers, the other learns it from P^T's sign) also through its sP hand-over
 // (check_sm90_bwd_split). No GPU needed:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -Icsrc -I$(python third_party/find_cutlass.py) \
 //        tools/dropout_layout_check.cu -o build/dropout_layout_check && build/dropout_layout_check
@@ -202,7 +202,9 @@ int check_sm90_bwd() {
   return bad + (dropped == 0);  // threshold 1 drops most: a check that never sees a drop proves nothing
 }
 
-// The role-split tile (d = 256, sm90/bwd_mainloop_split.h): consumer 0 marks the dropped elements of
+// The role-split tile (d = 256, sm90/bwd_mainloop_split.h): consumer 0 makes its flags in registers
+// (BwdDropoutT::make_half of its lane and of lane ^ 4, flags_from_halves: equal to read() of the
+// word buffer, checked), marks the dropped elements of
 // P^T by their sign (BwdDropoutSplit::mark on drop_mask) and stores its fragment to sP as the kernel
 // does (float4 j of thread t at [j][t], accumulator order); consumer 1's thread t loads float4 j into
 // its own fragment, views it and its dP^T through its own MmaSdP partition, and makes dS^T with
@@ -238,8 +240,16 @@ int check_sm90_bwd_split() {
       Tensor s = make_tensor(frag.data(), flash::sm90::acc_rowcol(frag.layout()));
       Tensor c = thr.partition_C(make_identity_tensor(TileS{}));
       Tensor rc = make_tensor(c.data(), flash::sm90::acc_rowcol(c.layout()));
-      uint32_t flags[T::kWordsPerThread];
-      T::read(flags, words, tid);
+      uint32_t flags[T::kWordsPerThread], mine[4], other[4], from_words[T::kWordsPerThread];
+      T::make_half(mine, rng, tid, key0, query0);  // the kernel's register form (make_flags): this lane's
+      T::make_half(other, rng, tid ^ 4, key0, query0);  // half and its shuffle partner's
+      T::flags_from_halves(flags, mine, other, tid);
+      T::read(from_words, words, tid);  // equal to the shared-buffer form's flags
+      for (int i = 0; i < T::kWordsPerThread; ++i) {
+        if (flags[i] != from_words[i] && bad++ < 5) {
+          std::printf("split flags: tid %d word %d: %08x, the buffer's %08x\n", tid, i, flags[i], from_words[i]);
+        }
+      }
       for (int r = 0; r < size<0>(s); ++r)
         for (int cc = 0; cc < size<1>(s); ++cc) {
           const int key = get<0>(rc(r, cc)), query = get<1>(rc(r, cc));

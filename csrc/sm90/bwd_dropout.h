@@ -22,8 +22,10 @@
 // The role-split tile (d = 256, bwd_mainloop_split.h: one CTA of 64 keys, consumer 0 S^T / P^T / dV,
 // consumer 1 dP^T / dS^T / dK): both consumers' fragments are MmaSdP's partition of the same 64 keys x
 // 64 queries, thread t of either warpgroup holding the same elements in the same accumulator order.
-// Consumer 0 alone makes and reads the words (one 128-word buffer: 2 calls per thread, under its S^T
-// GEMM, where it would otherwise wait) and hands the mask to consumer 1 inside P^T itself: the fp32
+// Consumer 0 alone makes the mask, in registers (make_flags: 8 calls per thread and a shuffle, under
+// its S^T GEMM, where it would otherwise wait; the shared word buffer's warpgroup barrier made
+// compute-sanitizer racecheck report the sP hand-over, 48 hazards, on the H200) and hands it to
+// consumer 1 inside P^T itself: the fp32
 // P^T it stores to sP for consumer 1 carries the sign bit of the dropped elements (P >= 0; sm80's
 // kEncodeSign does the same in one tile). BwdDropoutSplit has the three element steps; the layout
 // check runs them for every thread too.
@@ -77,6 +79,39 @@ struct BwdDropoutT {
     const uint32_t w[kWordsPerThread] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     CUTE_UNROLL
     for (int i = 0; i < kWordsPerThread; ++i) { flags[i] = w[i] << (7 - bit); }
+  }
+
+  // read()'s flags made in registers, without the shared buffer and its warpgroup barrier (the
+  // role-split tile): lanes L and L ^ 4 of a warp read the same 8 words (g ignores lane bit 2), so
+  // lane L makes the half h = (L / 4) % 2 of them (words g * 8 + 4 h + j, j < 4: 8 Philox calls, 4x
+  // the shared-buffer form's 2) and the pair swaps halves by one shuffle per word. make_half and
+  // flags_from_halves are the host-checkable steps (tools/dropout_layout_check.cu).
+  CUTE_HOST_DEVICE static void make_half(uint32_t (&half)[4], const DropoutRng& rng, int tid, int key0, int query0) {
+    const int lane = tid % 32;
+    const int word0 = ((lane / 8) * 4 + lane % 4) * kWordsPerThread + 4 * ((lane / 4) % 2);
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) { half[j] = make_word(rng, word0 + j, key0, query0); }
+  }
+  // mine: this lane's make_half, other: lane tid ^ 4's. Selects, not a runtime index into flags
+  // (which would put the array in local memory).
+  CUTE_HOST_DEVICE static void flags_from_halves(uint32_t (&flags)[kWordsPerThread], const uint32_t (&mine)[4],
+                                                 const uint32_t (&other)[4], int tid) {
+    const bool upper = ((tid % 32) / 4) % 2;
+    const int bit = 2 * (tid / 32) + ((tid % 32) / 4) % 2;
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      flags[j] = (upper ? other[j] : mine[j]) << (7 - bit);
+      flags[4 + j] = (upper ? mine[j] : other[j]) << (7 - bit);
+    }
+  }
+  // The whole warp, converged.
+  CUTE_DEVICE static void make_flags(uint32_t (&flags)[kWordsPerThread], const DropoutRng& rng, int tid, int key0,
+                                     int query0) {
+    uint32_t mine[4], other[4];
+    make_half(mine, rng, tid, key0, query0);
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) { other[j] = __shfl_xor_sync(0xffffffffu, mine[j], 4); }
+    flags_from_halves(flags, mine, other, tid);
   }
 
   // All ones iff element (r, cc) of the thread's rowcol view (key row r, query column cc = 2 j + c)

@@ -13,9 +13,9 @@
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
 // kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h; the role-split
 // tile: bwd_mainloop_split.h), a variant of its own (instantiations/sm90_bwd_*_dropout.cu); its mask
-// words (BwdDropoutT::kWords per consumer warpgroup; the role-split tile: consumer 0's only) follow
-// SharedStorage in dynamic shared memory (kDropoutSmemBytes), so the plain kernel's storage and code
-// are as without it.
+// words (BwdDropoutT::kWords per consumer warpgroup; the role-split tile keeps its mask in registers)
+// follow SharedStorage in dynamic shared memory (kDropoutSmemBytes), so the plain kernel's storage and
+// code are as without it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -194,11 +194,11 @@ CUTE_DEVICE void bwd_consumer_split(Smem const& sm, typename Traits::SharedStora
 }
 
 
-// The mask words after SharedStorage (kDropout): 512 B per consumer warpgroup (the role-split tile:
-// consumer 0's alone, bwd_mainloop_split.h).
+// The mask words after SharedStorage (kDropout): 512 B per consumer warpgroup (the role-split tile
+// makes its mask in registers, bwd_mainloop_split.h: none).
 template <class Traits>
 constexpr int kDropoutSmemBytes =
-    (Traits::kRoleSplit ? 1 : Traits::kNConsumerWG) * BwdDropoutT::kWords * int(sizeof(uint32_t));
+    Traits::kRoleSplit ? 0 : Traits::kNConsumerWG * BwdDropoutT::kWords * int(sizeof(uint32_t));
 
 template <class Traits, bool kCausal, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
@@ -301,10 +301,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int tid = threadIdx.x % 128;
   if constexpr (Traits::kRoleSplit) {
     if constexpr (kDropout) {
-      static_assert(sizeof(Storage) % 16 == 0, "the mask words are read 16 bytes at a time");
-      uint32_t* smask = reinterpret_cast<uint32_t*>(smem_raw + sizeof(Storage));  // consumer 0's words
       bwd_consumer_split<Traits, kCausal, true>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0,
-                                                BwdDropoutArgs{&p, batch, head, smask});
+                                                BwdDropoutArgs{&p, batch, head, nullptr});
     } else {
       bwd_consumer_split<Traits, kCausal>(sm, ss, pipe_q, pipe_do, p, cwg, tid, n0, m_min, m_max, scratch_row0);
     }

@@ -17,14 +17,13 @@
 // kDSReady of block m + 1 only after kPReady of block m + 1, which needs consumer 0 past kDSReady of
 // block m.
 //
-// kDropout (bwd_dropout.h, "role-split tile"): consumer 0 makes its thread's word of block m's mask
-// (2 Philox calls) right after issuing S^T, while the GEMM runs (live then: dV 128 registers and the
-// in-flight S^T 32, not the dQ half); after the exponentials it meets its own warpgroup (barrier
-// kMaskWG0), reads its 8 words, marks the dropped elements of P^T by their sign before the sP store
-// and feeds dV with P^T o M (the 1 / (1 - p) on dV at the store, bwd_kernel.h). Consumer 1 makes no
-// Philox call: dS^T = P^T o (dP^T o M / (1 - p) - D) from the marked P^T it reads anyway. Hazard (one
-// word buffer): consumer 0 writes block m + 1's words after kDSReady of block m, which all of its
-// threads reach only after reading block m's (before kPReady).
+// kDropout (bwd_dropout.h, "role-split tile"): consumer 0 makes its thread's 8 flag words of block m's
+// mask in registers (BwdDropoutT::make_flags: 8 Philox calls and 4 shuffles) right after issuing S^T,
+// while the GEMM runs (live then: dV 128 registers and the in-flight S^T 32, not the dQ half), marks
+// the dropped elements of P^T by their sign before the sP store and feeds dV with P^T o M (the
+// 1 / (1 - p) on dV at the store, bwd_kernel.h). Consumer 1 makes no Philox call: dS^T =
+// P^T o (dP^T o M / (1 - p) - D) from the marked P^T it reads anyway. No shared memory and no barrier
+// beyond the plain tile's.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -91,7 +90,7 @@ struct BwdMainloopSplit {
 
   // Consumer 0: S^T, P^T (to sP for consumer 1), dV += P^T dO, dQ half 0. tdVrdV: (64 keys, d) fp32.
   // Shared tiles as in bwd_mainloop.h; sp: (kPValues / 4 x 128) float4; dq_rows: dq_accum rows;
-  // kDropout: drop.smask, this warpgroup's BwdDropoutT::kWords mask words.
+  // kDropout: drop (the generator state; smask unused).
   template <class Smem, class TensorDV>
   CUTE_DEVICE static void run_p_dv(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDV& tdVrdV,
                                    int tid, int n0, int m_min, int m_max, int seqlen_q, int seqlen_k,
@@ -120,8 +119,9 @@ struct BwdMainloopSplit {
       const int m0 = m * kBlockM;
       pipe_q.consumer_wait(st_q);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
-      if constexpr (kDropout) {  // this thread's word of block m's mask, while S^T runs
-        drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, n0, m0);
+      uint32_t flags[BwdDropoutT::kWordsPerThread];
+      if constexpr (kDropout) {  // this thread's flags of block m's mask, while S^T runs
+        BwdDropoutT::make_flags(flags, dropout_rng(*drop.p, drop.batch, drop.head), tid, n0, m0);
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
@@ -136,10 +136,7 @@ struct BwdMainloopSplit {
       }
       pipe_q.consumer_release(st_q);  // S^T and the LSE rows were this warpgroup's reads of the Q stage
       ++st_q;
-      if constexpr (kDropout) {  // every word of block m written: the dropped elements' sign set
-        cutlass::arch::NamedBarrier::sync(BwdDropoutT::kThreads, uint32_t(BwdBarrier::kMaskWG0));
-        uint32_t flags[BwdDropoutT::kWordsPerThread];
-        BwdDropoutT::read(flags, drop.smask, tid);
+      if constexpr (kDropout) {  // the dropped elements' sign set
         CUTE_UNROLL
         for (int c = 0; c < size<1>(s); ++c) {
           CUTE_UNROLL
