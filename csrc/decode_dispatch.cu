@@ -1,6 +1,9 @@
 // Dispatch of the KV-cache path (compiled with FLASH_ATTN_CUDA_KVCACHE=1): append/rotary, the
 // decode kernel for (dtype, head dim), split-KV combine, in stream order. Declarations only
 // (decode_traits.h): every kernel is compiled once, in instantiations/.
+#include <cstdlib>
+#include <cstring>
+
 #include <cutlass/numeric_types.h>
 
 #include "decode_traits.h"
@@ -68,10 +71,18 @@ static cudaError_t run_kvcache_dtype(const KvCacheParams& p, cudaStream_t stream
   return run_splitkv_combine_<Element>(p, stream);
 }
 
+// FLASH_ATTN_CUDA_DECODE_PDL=0 launches the decode kernel without programmatic dependent launch
+// (same-run comparisons, benchmarks/NOTES.md); unset or anything else: with it where the device has it.
+static bool decode_pdl_enabled() {
+  const char* v = std::getenv("FLASH_ATTN_CUDA_DECODE_PDL");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 cudaError_t run_kvcache(const KvCacheParams& caller_params, cudaStream_t stream) {
   if (!kvcache_params_supported(caller_params)) { return cudaErrorInvalidValue; }
   KvCacheParams params = caller_params;
   params.overlap_combine = current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+  params.overlap_decode = params.overlap_combine && decode_pdl_enabled();
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \

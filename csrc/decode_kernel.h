@@ -109,6 +109,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   // The split-KV combine (launched after this grid with programmatic dependent launch) may start
   // its thread blocks once every block of this grid runs; it waits for this grid's end itself.
   griddep_launch_dependents();
+  // Launched with programmatic dependent launch itself (params.overlap_decode), this block may run
+  // before the previous grid of the stream ends: nothing is read before that grid's writes
+  // (cache_seqlens, the appended K/V, q, a reused partials buffer) are complete and visible.
+  griddep_wait();
 
   const int m_block = blockIdx.x, split = blockIdx.y;
   const int batch = blockIdx.z / params.nheads_k, head_k = blockIdx.z % params.nheads_k;

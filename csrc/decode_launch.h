@@ -23,8 +23,17 @@ cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
   }
   const int rows = params.seqlen_q * (params.nheads / params.nheads_k);  // packed query rows per K/V head
   const dim3 grid((rows + Traits::kBlockM - 1) / Traits::kBlockM, params.num_splits, params.batch * params.nheads_k);
-  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
-  return cudaGetLastError();
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(Traits::kNThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = params.overlap_decode ? 1 : 0;  // decode_kernel waits in griddep_wait() first
+  return cudaLaunchKernelEx(&config, kernel, params);
 }
 
 // Instantiated in instantiations/decode_hdim*_*.cu.

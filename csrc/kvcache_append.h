@@ -43,6 +43,7 @@ CUTE_DEVICE void copy_chunk(const Element* src, Element* dst, int col, bool rota
 // (same), then rotated queries (batch, seqlen_q, nheads) when rotary_dim > 0.
 template <typename Element>
 __global__ void __launch_bounds__(kAppendThreads) kvcache_append_kernel(__grid_constant__ const KvCacheParams params) {
+  griddep_launch_dependents();  // the decode grid (programmatic dependent launch) may start; it waits for this one
   const int chunks = params.headdim / 8;
   const int64_t item = int64_t(blockIdx.x) * kAppendThreads + threadIdx.x;
   const int col = int(item % chunks) * 8;

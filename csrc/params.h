@@ -211,6 +211,11 @@ struct KvCacheParams : FwdParams {
   // Set by the dispatch (run_kvcache), not the caller: launch the combine with programmatic
   // dependent launch (the device has it: compute capability 9.0+).
   bool overlap_combine = false;
+  // Set by the dispatch too: launch the decode kernel itself with programmatic dependent launch, so
+  // its thread blocks start while the previous grid of the stream drains (the previous call's
+  // combine, an append, the caller's kernels) and wait in griddep_wait() before their first read.
+  // On where overlap_combine is, unless FLASH_ATTN_CUDA_DECODE_PDL=0 (read per call).
+  bool overlap_decode = false;
 };
 
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the

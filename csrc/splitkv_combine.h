@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(kCombineThreads) splitkv_combine_kernel(__grid
   const int64_t rows = int64_t(params.batch) * params.nheads * params.seqlen_q;
   const int64_t row = blockIdx.x;  // (batch * nheads + head) * seqlen_q + token
   const int splits = params.num_splits;
+  griddep_launch_dependents();  // the next call's decode grid may start; it waits for this one's end
   griddep_wait();  // the decode grid's partials are complete and visible
 
   const float l = tid < splits ? params.lse_accum_ptr[tid * rows + row] : -INFINITY;

@@ -239,6 +239,47 @@ def test_cuda_graph_generate_loop():
         lengths += 1
 
 
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_splits):
+    """Six calls captured in one graph, each call's q the previous call's output and each appending a
+    key: on sm90 the decode kernel starts while the previous grid drains (programmatic dependent
+    launch) and must not read q, the appended K/V or cache_seqlens before that grid's writes land.
+    Bit-identical to the same chain run eagerly with FLASH_ATTN_CUDA_DECODE_PDL=0."""
+    batch, capacity, nheads, nheads_k, hdim, steps = 3, 2048, 8, 2, SWEEP_HDIMS[0], 6
+    torch.manual_seed(23)
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=23)
+    q0 = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    k_new = torch.randn(steps, batch, 1, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v_new = torch.randn_like(k_new)
+    lengths = [torch.tensor([5 + i, 1000 + i, 1900 + i], dtype=torch.int32, device="cuda") for i in range(steps)]
+
+    def chain(kc, vc):
+        outs, q = [], q0
+        for i in range(steps):
+            q = attention_with_kvcache(q, kc, vc, k_new[i], v_new[i], cache_seqlens=lengths[i], causal=True,
+                                       num_splits=num_splits)
+            outs.append(q)
+        return outs
+
+    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_PDL", "0")
+    k_eager, v_eager = k_cache.clone(), v_cache.clone()
+    want = chain(k_eager, v_eager)
+    monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_PDL")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        chain(k_cache.clone(), v_cache.clone())  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = chain(k_cache, v_cache)
+    graph.replay()
+    torch.cuda.synchronize()
+    for i in range(steps):
+        assert torch.equal(got[i], want[i]), f"step {i}: graph (PDL) differs from eager without it"
+    assert torch.equal(k_cache, k_eager) and torch.equal(v_cache, v_eager)
+
+
 def test_compile_and_opcheck():
     batch, capacity, nheads, nheads_k, hdim = 2, 256, 4, 2, SWEEP_HDIMS[0]
     k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=21)
