@@ -3,7 +3,7 @@ scripts/sanitize_sm90_bwd.py [--dropout P] [head dims]): ragged seqlens across t
 64/128-key tile edges, causal both ways, GQA, d = 64, 128 and 256 where compiled (or the head dims
 given, e.g. `... 256`); asserts the sm90 main kernel ran. --dropout P > 0: the dropout variant (its
 mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier; d = 256:
-consumer 0's words and the sign-marked P^T in sP)."""
+the mask made in registers, the sign-marked P^T in sP). dtype: bf16 if compiled, else the build's first."""
 import argparse
 import os
 
@@ -20,16 +20,18 @@ os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
 wanted = args.hdims or [64, 128, 256]
 dims = [d for d in wanted if d in flash_attn_cuda.compiled_head_dims()]
 assert dims, f"none of {wanted} compiled"
+dtypes = flash_attn_cuda.compiled_dtypes()
+dtype = torch.bfloat16 if torch.bfloat16 in dtypes else dtypes[0]
 runs = 0
 for d in dims:
     for (sq, sk, h, hk) in [(113, 77, 2, 1), (77, 200, 4, 2), (129, 129, 2, 2)]:
         for causal in (False, True):
-            q = torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            k = torch.randn(2, sk, hk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            v = torch.randn(2, sk, hk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            q = torch.randn(2, sq, h, d, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(2, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn(2, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
             out = attention(q, k, v, args.dropout, causal=causal)
-            out.backward(torch.randn(2, sq, h, d, device="cuda", dtype=torch.bfloat16))
+            out.backward(torch.randn(2, sq, h, d, device="cuda", dtype=dtype))
             torch.cuda.synchronize()
             assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
             runs += 1
-print(f"sanitize_sm90_bwd: {runs} fwd+bwd runs, dropout {args.dropout}, d = {dims}")
+print(f"sanitize_sm90_bwd: {runs} fwd+bwd runs, {dtype}, dropout {args.dropout}, d = {dims}")

@@ -78,6 +78,25 @@ def test_n_sets_exceed_twice_l2():
 
 def test_page_size():
     assert [bd.page_size(x) for x in bd.LAYOUTS] == [None, 16, 64, 256]
+    assert bd.page_size("headmajor") is None
+
+
+def test_headmajor_layout_reads_the_same_values_from_head_major_memory(cpu_run):
+    """Layout 'headmajor' (asked for, not a default): ours gets (batch, seqlen_k, hk, d) views of
+    (batch, hk, seqlen_k, d) memory holding the same values."""
+    seen = []
+    def op(q, k, v, cache_seqlens=None, num_splits=0):
+        seen.append((k, v))
+        return kvcache_stand_in(q, k, v, cache_seqlens)
+    q, k, v = (torch.randn(2, 1, 4, 16), torch.randn(2, 64, 2, 16), torch.randn(2, 64, 2, 16))
+    bd._kvcache_op = lambda: op  # cpu_run's monkeypatch restores it
+    fn = bd.ours_fn([(q, k, v)], "headmajor", seed=None)
+    out = fn(0)
+    (kh, vh), = seen
+    assert torch.equal(kh, k) and torch.equal(vh, v)
+    assert kh.stride() == (64 * 2 * 16, 16, 64 * 16, 1) and vh.stride() == kh.stride()
+    assert torch.allclose(out, bd.reference(q, k, v).to(q.dtype))
+    assert "headmajor" not in bd.LAYOUTS and "headmajor" in bd.EXTRA_LAYOUTS
 
 
 # ---- paged caches --------------------------------------------------------------------------------
