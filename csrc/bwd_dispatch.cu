@@ -56,7 +56,7 @@ static bool sm90_bwd_compiled(const BwdParams& params) {
 
 FwdFamily bwd_family(const BwdParams& params) {
   const bool d256 = params.headdim_rounded == 256;
-  const bool by_default = kSm90BwdByDefault && params.dtype == DType::kBFloat16 &&
+  const bool by_default = kSm90BwdByDefault &&
                           (!d256 || kSm90BwdHdim256ByDefault) &&
                           (!d256 || !needs_dropout(params) || kSm90BwdHdim256DropoutByDefault);
   const bool wanted = params.family == FwdFamily::kSm90 || (by_default && params.family == FwdFamily::kAuto);

@@ -94,3 +94,13 @@ def test_d256_runs_sm90_by_default(monkeypatch):
     q, k, v = (rand(1, 200, 2, 256, dtype=torch.bfloat16) for _ in range(3))
     check(q, k, v, True)
     assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+
+
+def test_fp16_runs_sm90_by_default(monkeypatch):
+    """fp16 takes the sm90 backward by default too (params.h kSm90BwdByDefault, bwd_dispatch.cu
+    bwd_family: no dtype condition since the fp16 build ran on the H200): right gradients, sm90 ran."""
+    if torch.float16 not in DTYPES:
+        pytest.skip("fp16 not in this build")
+    monkeypatch.delenv("FLASH_ATTN_CUDA_FAMILY", raising=False)
+    q, k, v = (rand(2, 190, 2, HDIMS[0], dtype=torch.float16) for _ in range(3))
+    check(q, k, v, False)
