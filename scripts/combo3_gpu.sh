@@ -5,40 +5,12 @@
 # SDPA flash, the persistent smoke and causal persistent speed. `part2`: sanitizers on the dropout
 # backward (d = 256 and 128), persistent tests, routing tests, the whole dropout file. Logs in $OUT.
 set -uo pipefail
-T0=$(date +%s)
-OUT=${OUT:-$PWD/combo3_out}; mkdir -p "$OUT" "$OUT/res"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-if [ ! -d /tmp/cw/cutlass_library ]; then
-  rm -rf /tmp/cw && mkdir -p /tmp/cw
-  python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('.whl/nvidia_cutlass-*.whl')[0]).extractall('/tmp/cw')"
-fi
-export CUTLASS_DIR=/tmp/cw/cutlass_library/source
+. "$(dirname "$0")/gpu_stage_lib.sh"
+gpu_setup combo3
 export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=${HDIMS:-64,128,256} FLASH_ATTN_CUDA_DTYPES=bf16 \
   FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 FLASH_ATTN_CUDA_SM90_PERSISTENT=1 MAX_JOBS=16 \
   FLASH_ATTN_CUDA_PTXAS_VERBOSE=1
-so=$(ls flash_attn_cuda/_C*.so 2>/dev/null | head -1)
-if [ -z "$so" ] || [ -n "$(find csrc setup.py tools -newer "$so" -type f | grep -v instantiations | head -1)" ]; then
-  t0=$(date +%s)
-  timeout -k 10 ${BUILD_TIMEOUT:-260} python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; brc=$?
-  echo "build rc=$brc in $(( $(date +%s) - t0 )) s"
-  [ $brc -eq 0 ] || { grep -E "error" "$OUT/build.log" | head -20; tail -20 "$OUT/build.log"; exit 1; }
-  python3 tools/check_sass.py --log "$OUT/build.log" build/temp*/csrc/instantiations/sm90_*.o 2>&1 | tail -3
-  grep -A2 "Function properties for .*sm90" "$OUT/build.log" | grep -E "spill" | sort | uniq -c | sort -rn | head -5
-else
-  echo "build: reusing $so"
-fi
-DEADLINE=${DEADLINE:-575}
-left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
-stage() {  # stage NAME TIMEOUT CMD...
-  local name=$1 t=$2; shift 2
-  if [ "$(left)" -lt "$t" ]; then t=$(left); fi
-  if [ "$t" -lt 15 ]; then echo "== $name skipped (deadline)"; return 99; fi
-  local s0=$(date +%s)
-  timeout -k 5 "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc ($(( $(date +%s) - s0 )) s)"
-  grep -E "^(FAILED|ERROR)|passed|failed|SUMMARY|Error|error|^sanitize|mismatch|smoke" "$OUT/$name.log" | tail -${TAILN:-8}
-  return $rc
-}
+gpu_build "${BUILD_TIMEOUT:-260}"
 case "${1:-}" in
 part1)
   stage san_plain_sync 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool synccheck --error-exitcode 9 python3 scripts/sanitize_sm90_bwd.py 256
@@ -85,6 +57,4 @@ part4)  # HDIMS=256: the role-split dropout tile (mask in registers since 2026-1
   ;;
 *) echo "usage: $0 part1|part2|part3|part4" >&2; exit 2 ;;
 esac
-tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null
-rm -rf "$OUT"/*.log "$OUT/res"
-echo "total $(( $(date +%s) - T0 )) s"
+gpu_finish

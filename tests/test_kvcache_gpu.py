@@ -21,6 +21,20 @@ else:
 DTYPE = torch.bfloat16 if torch.bfloat16 in DTYPES else DTYPES[0]
 # Head dims the tests sweep: the compiled ones among 64/128/256 (all the kernel's tile shapes).
 SWEEP_HDIMS = [d for d in (64, 128, 256) if d in HDIMS] or list(HDIMS[:1])
+def _capture(call, k_cache, v_cache):
+    """call(k_cache, v_cache) captured in a CUDA graph after one warm-up call on copies of the caches
+    (side stream, outside the capture): (graph, the outputs the graph writes)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(k_cache.clone(), v_cache.clone())
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call(k_cache, v_cache)
+    return graph, out
+
+
 # Ragged cache lengths (tokens already cached per sequence).
 RAGGED = [0, 1, 17, 4095, 300, 64, 65, 2000]
 
@@ -221,14 +235,7 @@ def test_cuda_graph_generate_loop():
     lengths = torch.tensor([10, 500, 900], dtype=torch.int32, device="cuda")
     call = lambda kc, vc: attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lengths,  # noqa: E731
                                                  block_table=block_table, causal=True)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call(k_eager.clone(), v_eager.clone())  # warm-up outside capture
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_graph = call(k_cache, v_cache)
+    graph, out_graph = _capture(call, k_cache, v_cache)
     for step in range(8):
         q.normal_(), k_new.normal_(), v_new.normal_()
         graph.replay()
@@ -265,14 +272,7 @@ def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_spli
     k_eager, v_eager = k_cache.clone(), v_cache.clone()
     want = chain(k_eager, v_eager)
     monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_PDL")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        chain(k_cache.clone(), v_cache.clone())  # warm-up outside capture
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        got = chain(k_cache, v_cache)
+    graph, got = _capture(chain, k_cache, v_cache)
     graph.replay()
     torch.cuda.synchronize()
     for i in range(steps):

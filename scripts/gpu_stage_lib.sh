@@ -1,0 +1,54 @@
+# Sourced by the one-call device scripts (combo3_gpu.sh, decode_pdl_gpu.sh, fp16_gpu.sh): setup,
+# a build of the stale extension, time-boxed stages, the logs tarball. The caller sets OUT (default
+# $PWD/<name>_out) and the FLASH_ATTN_CUDA_* build variables before gpu_build.
+#   gpu_setup NAME           T0, OUT (+ OUT/res), PYTHONPATH, CUTLASS_DIR from the wheel in .whl/
+#   gpu_build [TIMEOUT]      setup.py build_ext --inplace unless flash_attn_cuda/_C*.so is newer than
+#                            the sources; then the sm90 objects' SASS check and ptxas spills, if any
+#   stage NAME TIMEOUT CMD   CMD under timeout (cut to what is left before DEADLINE), log OUT/NAME.log,
+#                            its rc and the lines that say pass/fail
+#   gpu_finish               OUT/logs.tgz of the logs and results, the loose copies removed
+gpu_setup() {
+  T0=$(date +%s)
+  OUT=${OUT:-$PWD/$1_out}; mkdir -p "$OUT" "$OUT/res"
+  export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+  if [ ! -d /tmp/cw/cutlass_library ]; then
+    rm -rf /tmp/cw && mkdir -p /tmp/cw
+    python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('.whl/nvidia_cutlass-*.whl')[0]).extractall('/tmp/cw')"
+  fi
+  export CUTLASS_DIR=/tmp/cw/cutlass_library/source
+}
+
+gpu_build() {
+  local so t0 brc
+  so=$(ls flash_attn_cuda/_C*.so 2>/dev/null | head -1)
+  if [ -n "$so" ] && [ -z "$(find csrc setup.py tools -newer "$so" -type f | grep -v instantiations | head -1)" ]; then
+    echo "build: reusing $so"; return 0
+  fi
+  t0=$(date +%s)
+  timeout -k 10 "${1:-260}" python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; brc=$?
+  echo "build rc=$brc in $(( $(date +%s) - t0 )) s"
+  [ $brc -eq 0 ] || { grep -E "error" "$OUT/build.log" | head -20; tail -20 "$OUT/build.log"; exit 1; }
+  if ls build/temp*/csrc/instantiations/sm90_*.o > /dev/null 2>&1; then
+    python3 tools/check_sass.py --log "$OUT/build.log" build/temp*/csrc/instantiations/sm90_*.o 2>&1 | tail -3
+  fi
+  grep -A2 "Function properties for .*sm90" "$OUT/build.log" | grep -E "spill" | sort | uniq -c | sort -rn | head -5
+}
+
+left() { echo $(( ${DEADLINE:-575} - ($(date +%s) - T0) )); }
+
+stage() {
+  local name=$1 t=$2; shift 2
+  if [ "$(left)" -lt "$t" ]; then t=$(left); fi
+  if [ "$t" -lt 15 ]; then echo "== $name skipped (deadline)"; return 99; fi
+  local s0=$(date +%s)
+  timeout -k 5 "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc ($(( $(date +%s) - s0 )) s)"
+  grep -E "^(FAILED|ERROR)|passed|failed|SUMMARY|Error|error|^sanitize|mismatch|smoke" "$OUT/$name.log" | tail -${TAILN:-8}
+  return $rc
+}
+
+gpu_finish() {
+  tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null
+  rm -rf "$OUT"/*.log "$OUT/res"
+  echo "total $(( $(date +%s) - T0 )) s"
+}
