@@ -636,8 +636,21 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
                      const at::Tensor& dv, bool deterministic) {
   const bool varlen = p.cu_seqlens_q != nullptr;
   p.deterministic = deterministic;
-  p.num_dq_splits = flash::bwd_dq_accum_splits(p, at::cuda::getDeviceProperties(dq.get_device())->multiProcessorCount);
   p.seqlen_q_rounded = flash::bwd_rows_rounded(p.seqlen_q);
+  p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk.data_ptr(), p.dv_ptr = dv.data_ptr();
+  set_strides(dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  set_strides(dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  set_strides(dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  set_strides(dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  p.family = family_from_env();
+  // Deterministic: the sm90 backward's dQ semaphores, or the sm80 kernels' dq_accum slices.
+  const int64_t semaphores = flash::bwd_dq_semaphores(p);
+  at::Tensor dq_semaphores;
+  if (semaphores > 0) {
+    dq_semaphores = at::empty({semaphores}, dq.options().dtype(at::kInt));  // zeroed by the pre-pass
+    p.dq_semaphore_ptr = dq_semaphores.data_ptr<int>();
+  }
+  p.num_dq_splits = flash::bwd_dq_accum_splits(p, at::cuda::getDeviceProperties(dq.get_device())->multiProcessorCount);
   const auto f32 = dq.options().dtype(at::kFloat);
   const int64_t splits = p.num_dq_splits, nheads = p.nheads, d = p.headdim_rounded;
   at::Tensor dq_accum, delta, lse_log2;
@@ -651,14 +664,8 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
     delta = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
     lse_log2 = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
   }
-  p.do_ptr = dout.data_ptr(), p.dq_ptr = dq.data_ptr(), p.dk_ptr = dk.data_ptr(), p.dv_ptr = dv.data_ptr();
   p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
   p.lse_log2_ptr = lse_log2.data_ptr<float>();
-  set_strides(dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-  set_strides(dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  set_strides(dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-  set_strides(dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-  p.family = family_from_env();
   flash::FwdFamily family = flash::FwdFamily::kSm80;  // the family run_bwd launched
   check_launch(flash::run_bwd(p, at::cuda::getCurrentCUDAStream(), &family), p, "backward");
   set_last_bwd_tile(family == flash::FwdFamily::kSm90 ? std::vector<int64_t>{} : describe(flash::bwd_tile(p)),

@@ -150,11 +150,21 @@ int bwd_smallest_shared_memory_bytes(int headdim_rounded) {
   }
 }
 
+int64_t bwd_dq_semaphores(const BwdParams& params) {
+  if (!params.deterministic || params.seqlen_q_rounded % kBwdSemaphoreRows != 0) { return 0; }
+  BwdParams probe = params;  // as run_bwd will see it: one slice, a semaphore array
+  probe.num_dq_splits = 1;
+  static int stand_in = 0;
+  probe.dq_semaphore_ptr = &stand_in;
+  if (bwd_family(probe) != FwdFamily::kSm90) { return 0; }
+  return int64_t(params.batch) * params.nheads * (params.seqlen_q_rounded / kBwdSemaphoreRows);
+}
+
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms) {
   // block_n of the tile run_bwd launches for these params (its budget row): the slices are
   // assigned per K/V block of that tile.
   const int block_n = bwd_tile(params).block_n;
-  if (!params.deterministic || block_n < 0) { return 1; }
+  if (!params.deterministic || block_n < 0 || bwd_dq_semaphores(params) > 0) { return 1; }
   // One wave of thread blocks (one per SM at these tile sizes), but never more slices than
   // K/V blocks: each extra slice costs batch * nheads * seqlen_q_rounded * headdim_rounded floats
   // (varlen: nheads * varlen_scratch_rows * headdim_rounded).

@@ -83,6 +83,11 @@ KernelTile bwd_tile(const BwdParams& params);
 // and allocate num_dq_splits * batch * nheads * seqlen_q_rounded * headdim_rounded floats
 // (varlen: num_dq_splits * nheads * varlen_scratch_rows * headdim_rounded).
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms);
+// How many int32 dq_semaphore_ptr needs: batch * nheads * seqlen_q_rounded / kBwdSemaphoreRows when
+// a deterministic call will run the sm90 backward (its dQ adds take turns there), else 0. Call
+// with every field but the scratch pointers set (seqlen_q_rounded and family included); then
+// bwd_dq_accum_splits is 1.
+int64_t bwd_dq_semaphores(const BwdParams& params);
 
 // KV-cache attention (only in builds with FLASH_ATTN_CUDA_KVCACHE=1; params.h, KvCacheParams):
 // appends the new keys/values (rotated) into the cache, attends, combines the splits, on `stream`.

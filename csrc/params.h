@@ -237,6 +237,9 @@ struct KvCacheParams : FwdParams {
 //   delta, lse_log2: (nheads, varlen_scratch_rows)
 // with varlen_scratch_rows = bwd_varlen_scratch_rows(total_q, batch) = total_q + kBwdRowAlign * batch.
 // seqlen_q_rounded = bwd_rows_rounded(max seqlen_q) still sizes the pre-pass/convert grids.
+// Query rows per dq_semaphore_ptr entry (the smallest kBlockM of the sm90 backward's tiles; a
+// 128-row tile uses every other entry).
+constexpr int kBwdSemaphoreRows = 64;
 // Rows of the backward's scratch buffers are padded to a multiple of this (every backward
 // kBlockM divides it; BwdTraits asserts so).
 constexpr int kBwdRowAlign = 128;
@@ -268,11 +271,15 @@ struct BwdParams : FwdParams {
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
 
   // dQ accumulation. deterministic = false: every K/V block adds into one slice with float32
-  // atomics (run-to-run order varies). deterministic = true: num_dq_splits thread blocks per
-  // (head, batch) each walk a fixed list of K/V blocks and own one slice, so every address sees
-  // its adds in program order; the slices are then summed in index order.
+  // atomics (run-to-run order varies). deterministic = true: on the sm80 kernels num_dq_splits
+  // thread blocks per (head, batch) each walk a fixed list of K/V blocks and own one slice, so every
+  // address sees its adds in program order; the slices are then summed in index order. On the sm90
+  // kernels (one slice) the K/V blocks add each dQ tile in K/V block order, taking turns on
+  // dq_semaphore_ptr: (batch, nheads, seqlen_q_rounded / kBwdSemaphoreRows) int32, zeroed by the
+  // pre-pass, sized and needed per bwd_dq_semaphores() (null: none).
   bool deterministic = false;
   int num_dq_splits = 1;
+  int* __restrict__ dq_semaphore_ptr = nullptr;
 
 };
 

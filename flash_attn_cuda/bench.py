@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
          "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99",
-         "flash_attn_cuda_sm90_persistent")
+         "flash_attn_cuda_sm90_persistent", "flash_attn_cuda_deterministic")
 # flash_attn_cuda_sm80 / _sm90: ours with the family forced (FLASH_ATTN_CUDA_FAMILY around each forward and
 # backward call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
 # flash_attn_cuda_smem163 / _smem99: ours under FLASH_ATTN_CUDA_SMEM_BUDGET=163 / 99 around every timed
@@ -60,7 +60,9 @@ IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash
 # Asked for by name (--impls); the default list leaves them out.
 SMEM_IMPLS = {"flash_attn_cuda_smem163": "163", "flash_attn_cuda_smem99": "99"}  # impl -> budget (KB)
 PERSISTENT_IMPLS = {"flash_attn_cuda_sm90_persistent": "sms"}  # impl -> FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS
-DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS)
+# flash_attn_cuda_deterministic: ours (default family) with deterministic=True (bit-identical gradients).
+OPT_IN_IMPLS = ("flash_attn_cuda_deterministic",)
+DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS and i not in OPT_IN_IMPLS)
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPE_COLUMNS = ["impl", "dtype", "hdim", "seqlen", "causal", "batch", "nheads"]
@@ -148,6 +150,9 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
     if impl == "flash_attn_cuda":
         from flash_attn_cuda import attention
         return lambda q, k, v: attention(q, k, v, DROPOUT_P, causal=causal)
+    if impl == "flash_attn_cuda_deterministic":
+        from flash_attn_cuda import attention
+        return lambda q, k, v: attention(q, k, v, DROPOUT_P, causal=causal, deterministic=True)
     if impl in PERSISTENT_IMPLS:
         return with_env("FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS", PERSISTENT_IMPLS[impl],
                         forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal)))
@@ -163,7 +168,7 @@ FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90", 
 
 
 def is_ours(impl: str) -> bool:
-    return impl == "flash_attn_cuda" or impl in FAMILY_IMPLS or impl in SMEM_IMPLS
+    return impl == "flash_attn_cuda" or impl in FAMILY_IMPLS or impl in SMEM_IMPLS or impl in OPT_IN_IMPLS
 
 
 def with_env(name: str, value: str, fn: Callable) -> Callable:

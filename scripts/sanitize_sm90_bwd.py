@@ -14,6 +14,7 @@ from flash_attn_cuda import attention
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--dropout", type=float, default=0.0)
+parser.add_argument("--deterministic", action="store_true", help="deterministic=True: the dQ turns (dq_turns.h)")
 parser.add_argument("hdims", type=int, nargs="*")
 args = parser.parse_args()
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
@@ -29,9 +30,11 @@ for d in dims:
             q = torch.randn(2, sq, h, d, device="cuda", dtype=dtype, requires_grad=True)
             k = torch.randn(2, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
             v = torch.randn(2, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
-            out = attention(q, k, v, args.dropout, causal=causal)
+            out = attention(q, k, v, args.dropout, causal=causal, deterministic=args.deterministic)
             out.backward(torch.randn(2, sq, h, d, device="cuda", dtype=dtype))
             torch.cuda.synchronize()
-            assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+            want = "sm80" if args.deterministic and d == 256 else "sm90"  # bwd_supports: d = 256 deterministic on sm80
+            assert flash_attn_cuda._ops.last_bwd_family() == want, flash_attn_cuda._ops.last_bwd_family()
             runs += 1
-print(f"sanitize_sm90_bwd: {runs} fwd+bwd runs, {dtype}, dropout {args.dropout}, d = {dims}")
+print(f"sanitize_sm90_bwd: {runs} fwd+bwd runs, {dtype}, dropout {args.dropout}, "
+      f"deterministic {args.deterministic}, d = {dims}")

@@ -219,6 +219,13 @@ Result bench_one(const Options& o, int num_sms) {
   p.dk_batch_stride = row * sk, p.dk_row_stride = row, p.dk_head_stride = o.hdim;
   p.dv_batch_stride = row * sk, p.dv_row_stride = row, p.dv_head_stride = o.hdim;
   p.deterministic = o.deterministic;
+  // Deterministic on the sm90 backward: its dQ semaphores (the pre-pass zeroes them; poisoned here).
+  int* dq_semaphores = nullptr;
+  if (const int64_t semaphores = flash::bwd_dq_semaphores(p); semaphores > 0) {
+    CUDA_CHECK(cudaMalloc(&dq_semaphores, semaphores * sizeof(int)));
+    CUDA_CHECK(cudaMemset(dq_semaphores, 0xFF, semaphores * sizeof(int)));
+    p.dq_semaphore_ptr = dq_semaphores;
+  }
   p.num_dq_splits = flash::bwd_dq_accum_splits(p, num_sms);
   if (p.num_dq_splits < 1) {
     std::fprintf(stderr, "bench_bwd: flash::bwd_dq_accum_splits returned %d\n", p.num_dq_splits);

@@ -14,9 +14,9 @@
 
 namespace flash::sm90 {
 
-template <class Traits, bool kCausal, bool kDropout>
+template <class Traits, bool kCausal, bool kDropout, bool kTurns>
 cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStream_t stream) {
-  auto kernel = &bwd_kernel<Traits, kCausal, kDropout>;
+  auto kernel = &bwd_kernel<Traits, kCausal, kDropout, kTurns>;
   constexpr int kSmem = Traits::kSmemBytes + (kDropout ? kDropoutSmemBytes<Traits> : 0);
   static_assert(kSmem <= 232448, "the dropout mask words exceed the 227 KB per-block shared memory of sm90");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -32,8 +32,17 @@ cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = BwdTma<Traits>::make_params(params);
   const bool causal = params.window_left < 0 && params.window_right == 0;
-  return causal ? launch_bwd_kernel<Traits, true, kDropout>(kp, stream)
-                : launch_bwd_kernel<Traits, false, kDropout>(kp, stream);
+  if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
+    if constexpr (Traits::kDQByTma) {
+      if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }
+      return causal ? launch_bwd_kernel<Traits, true, kDropout, true>(kp, stream)
+                    : launch_bwd_kernel<Traits, false, kDropout, true>(kp, stream);
+    } else {
+      return cudaErrorInvalidValue;  // never a silently non-deterministic dQ
+    }
+  }
+  return causal ? launch_bwd_kernel<Traits, true, kDropout, false>(kp, stream)
+                : launch_bwd_kernel<Traits, false, kDropout, false>(kp, stream);
 }
 
 // kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a

@@ -35,6 +35,7 @@ __device__ __forceinline__ int64_t bwd_pass_row0(const BwdParams& p, int batch, 
 
 // For every row < seqlen_q_rounded of (batch = blockIdx.z, head = blockIdx.y):
 //   dq_accum[row, :] = 0;  delta[row] = sum_c dO[row, c] * O[row, c];  lse_log2[row] = LSE * log2(e)
+//   and, deterministic, the dQ semaphore of every kBwdSemaphoreRows rows = 0
 // Padding rows and rows that saw no key (LSE = -inf) get delta 0 and lse_log2 +inf (P = 0 there).
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_prepass_rows_kernel(const BwdParams p) {
@@ -63,6 +64,10 @@ __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_prepass_r
 #pragma unroll
   for (int offset = R::kLanesPerRow / 2; offset > 0; offset /= 2) { sum += __shfl_xor_sync(0xffffffffu, sum, offset); }
   if (lane == 0) {
+    if (p.dq_semaphore_ptr != nullptr && row % kBwdSemaphoreRows == 0) {  // deterministic: dq_turns.h
+      p.dq_semaphore_ptr[(int64_t(batch) * p.nheads + head) * (p.seqlen_q_rounded / kBwdSemaphoreRows) +
+                         row / kBwdSemaphoreRows] = 0;
+    }
     const float lse = real ? p.lse_ptr[(int64_t(batch) * p.nheads + head) * p.seqlen_q + row] : -INFINITY;
     p.delta_ptr[scratch_row] = real ? sum : 0.f;
     p.lse_log2_ptr[scratch_row] = lse == -INFINITY ? INFINITY : lse * float(M_LOG2E);

@@ -15,8 +15,11 @@ bool bwd_supports(const BwdParams& p) {
   if (p.headdim != p.headdim_rounded || (p.headdim != 64 && p.headdim != 128 && p.headdim != 256)) { return false; }
   // Dropout: the kDropout variant (bwd_dropout.h) of every tile, d = 256's role-split tile included;
   // the dispatch also checks the build compiled it.
-  // Softcap, ALiBi, a left window, varlen, deterministic: the sm80 kernels.
-  if (needs_mods_besides_dropout(p) || p.deterministic || p.cu_seqlens_q != nullptr) { return false; }
+  // Softcap, ALiBi, a left window, varlen: the sm80 kernels. Deterministic: the tiles whose dQ goes
+  // through the writer warp's reduce-add (d = 64/128, bwd_kernel.h bwd_store_dq takes turns on the
+  // semaphores), with the semaphores given; d = 256's role-split tile adds by atomics: sm80.
+  if (needs_mods_besides_dropout(p) || p.cu_seqlens_q != nullptr) { return false; }
+  if (p.deterministic && (p.headdim == 256 || p.dq_semaphore_ptr == nullptr)) { return false; }
   const bool causal = p.window_left < 0 && p.window_right == 0;
   const bool full = p.window_left < 0 && p.window_right < 0;
   if (!causal && !full) { return false; }
