@@ -148,6 +148,26 @@ CUTE_DEVICE void store_dkv(TensorAcc const& acc, float scale, typename Traits::E
 // kTurns (deterministic, p.dq_semaphore_ptr set): the adds into each tile take turns by K/V block
 // (dq_turns.h); the semaphore's address is recomputed from the kernel parameters at each use (the
 // writer runs in the producer's 24 registers).
+// The turn of K/V block n_block at query tile m: n_block (ascending; non-causal, every K/V block adds
+// into every tile and all start at tile 0). Causal with kDqTurnsCausalDescending: N(m) - 1 - n_block,
+// N(m) = the K/V blocks that add into tile m (those with m_min(n) <= m, q_block_range): the last of
+// them reaches tile m first (its first tile), the one before it one K/V block's worth of tiles later,
+// so no block waits long. Ascending, K/V block n waits at its first tile m_min(n) until blocks
+// 0 .. n - 1 have walked there (0.49-0.66x the default backward at d = 128 causal on the H200). The
+// kernel then launches the causal kTurns blocks last-first (bwd_kernel: n_block = gridDim.x - 1 -
+// blockIdx.x) so that the block waited for is always resident.
+template <class Traits, bool kCausal>
+CUTE_DEVICE int dq_turn_number(const BwdParams& p, int m, int n_block) {
+  if constexpr (kCausal && kDqTurnsCausalDescending) {
+    const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+    const int past = (m + 1) * Traits::kBlockM + p.seqlen_k - p.seqlen_q;  // keys before it see tile m
+    const int adders = min(n_blocks, (past + Traits::kBlockN - 1) / Traits::kBlockN);
+    return adders - 1 - n_block;
+  } else {
+    return n_block;
+  }
+}
+
 template <class Traits>
 CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
   static_assert(Traits::kBlockM % kBwdSemaphoreRows == 0);
@@ -155,9 +175,9 @@ CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
   return p.dq_semaphore_ptr + head_row0 + m * (Traits::kBlockM / kBwdSemaphoreRows);
 }
 
-template <class Traits, bool kTurns, class Smem, class TmaDQ, class GDQ>
+template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class GDQ>
 CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gdQ, int m_min, int m_max,
-                              const BwdParams& p) {
+                              const BwdParams& p, int n_block) {
   constexpr int kS = Traits::kDQStages;
   // (TMA, stage) and (TMA, m_blocks)
   auto [tdQgdQ, tdQsdQ] = tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
@@ -165,7 +185,7 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gd
   for (int m = m_min; m < m_max; ++m) {
     const int i = m - m_min, stage = i % kS;
     cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
-    if constexpr (kTurns) { dq_turn_wait(dq_turn_of<Traits>(p, m), int(blockIdx.x)); }
+    if constexpr (kTurns) { dq_turn_wait(dq_turn_of<Traits>(p, m), dq_turn_number<Traits, kCausal>(p, m, n_block)); }
     copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
     tma_store_arrive();
     if constexpr (kTurns) { dq_turn_pass(dq_turn_of<Traits>(p, m)); }
@@ -232,7 +252,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const BwdParams& p = kp.p;
 
   const int wg = cutlass::canonical_warp_group_idx();
-  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  // Descending causal turns: last K/V block first (dq_turn_number: the block a tile waits for is
+  // launched earlier).
+  constexpr bool kLastFirst = kTurns && kCausal && kDqTurnsCausalDescending;
+  const int n_block = kLastFirst ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y, batch = blockIdx.z;
   const int head_k = head / (p.nheads / p.nheads_k);
   const int n0 = n_block * Traits::kBlockN;
   int m_min, m_max;
@@ -268,7 +292,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       if (threadIdx.x == 32) {
         Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
         Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
-        bwd_store_dq<Traits, kTurns>(sm, kp.tma_dq, gdQ, m_min, m_max, p);
+        bwd_store_dq<Traits, kTurns, kCausal>(sm, kp.tma_dq, gdQ, m_min, m_max, p, n_block);
         return;
       }
     }

@@ -2,11 +2,13 @@
 // (batch, head) all add into the same dq_accum tiles, and float addition is not associative, so
 // each query block's tile takes the K/V blocks' adds in K/V block order. One int32 per query block
 // (params.h dq_semaphore_ptr, zeroed by the pre-pass) counts the adds done; K/V block n's dQ writer
-// waits until it reads n, adds, waits for its add to complete, and bumps it to n + 1.
-// Why n, n + 1, ... is the order of every tile: a K/V block adds into query blocks m_min(n) .. end
-// (bwd_kernel.h q_block_range; m_min(n) is 0, or grows with n when causal), so the blocks adding into
-// tile m are 0 .. N(m), each exactly once. No deadlock: block n waits only for n - 1, launched
-// before it (blockIdx.x = n, the fastest grid axis) and itself waiting only for n - 2.
+// waits until it reads its turn, adds, waits for its add to complete, and bumps it.
+// The turns (bwd_kernel.h dq_turn_number): a K/V block adds into query blocks m_min(n) .. end
+// (q_block_range; m_min(n) is 0, or grows with n when causal), so the blocks adding into tile m are
+// 0 .. N(m) - 1, each exactly once: in ascending order (turn n), or causal in descending order (turn
+// N(m) - 1 - n, kDqTurnsCausalDescending). No deadlock: a block waits only for the one before it in its
+// tile's order, launched before it (blockIdx.x = n; descending: blockIdx.x = n_blocks - 1 - n), which
+// itself waits only for the one before that.
 // The adds are TMA bulk reduce-adds (async proxy); the proxy fences order them with the semaphore's
 // generic-proxy acquire / release.
 #pragma once
@@ -14,6 +16,12 @@
 #include <cute/config.hpp>
 
 namespace flash::sm90 {
+
+// Causal turn order (bwd_kernel.h dq_turn_number): descending, with the causal deterministic blocks
+// launched last-first, or ascending as the non-causal tiles. Ascending ran on the H200 (bit-identical,
+// sanitizers clean, 0.49-0.66x the default backward causal at d = 128); descending is compiled but has
+// not run on a GPU yet (benchmarks/NOTES.md "Deterministic sm90 backward"): off until it has.
+constexpr bool kDqTurnsCausalDescending = false;
 
 // The dQ writer before the reduce-add of its tile: spins until *turn == n (acquire).
 CUTE_DEVICE void dq_turn_wait(const int* turn, int n) {
