@@ -1,7 +1,8 @@
 // Deterministic dQ on the sm90 backward (BwdParams::deterministic): the thread blocks of one
 // (batch, head) all add into the same dq_accum tiles, and float addition is not associative, so
-// each query block's tile takes the K/V blocks' adds in K/V block order. One int32 per query block
-// (params.h dq_semaphore_ptr, zeroed by the pre-pass) counts the adds done; K/V block n's dQ writer
+// each query block's tile takes the K/V blocks' adds in K/V block order. One int32 per query tile
+// (params.h dq_semaphore_ptr: one per kBwdSemaphoreRows rows, a 128-row tile uses the first of its
+// two; zeroed by the pre-pass) counts the adds done; K/V block n's dQ writer
 // waits until it reads its turn, adds, waits for its add to complete, and bumps it.
 // The turns (bwd_kernel.h dq_turn_number): a K/V block adds into query blocks m_min(n) .. end
 // (q_block_range; m_min(n) is 0, or grows with n when causal), so the blocks adding into tile m are
