@@ -49,72 +49,64 @@ CUTE_DEVICE void q_block_range(const BwdParams& p, int n0, int& m_min, int& m_ma
   }
 }
 
-// The shared tiles as CuTe tensors (shapes in bwd_mainloop.h).
+// The shared tiles as CuTe tensors (shapes in bwd_mainloop.h). Both tiles' operands: Q, dO and their
+// transposed views, K, V, K^T, dS and dS^T, the LSE_log2 / delta rows.
 template <class Traits>
-CUTE_DEVICE auto bwd_smem_tensors(typename Traits::SharedStorage& ss) {
-  struct {
-    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{})) q, dout;
-    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{})) qt, dot;
-    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{})) k, v;
-    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{})) kt;
-    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{})) ds;
-    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{})) dst;
-    decltype(make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{})) dq;
-    float* lse_log2;
-    float* delta;
-    uint64_t* dq_full;   // (kDQStages,) mbarriers, bwd_traits.h
-    uint64_t* dq_empty;
-  } t{make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{}),
-      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutDO{}),
-      make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{}),
-      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{}),
-      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{}),
-      make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{}),
-      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{}),
-      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{}),
-      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}),
-      make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{}),
-      ss.lse_log2.data(),
-      ss.delta.data(),
-      ss.barrier_dq_full,
-      ss.barrier_dq_empty};
-  return t;
-}
+struct BwdOperandTensors {
+  template <class Layout, class T = typename Traits::Element>
+  using Smem = decltype(make_tensor(make_smem_ptr(static_cast<T*>(nullptr)), Layout{}));
+  Smem<typename Traits::SmemLayoutQ> q, dout;
+  Smem<typename Traits::SmemLayoutQt> qt, dot;
+  Smem<typename Traits::SmemLayoutK> k, v;
+  Smem<typename Traits::SmemLayoutKt> kt;
+  Smem<typename Traits::SmemLayoutDS> ds;
+  Smem<typename Traits::SmemLayoutDSt> dst;
+  float* lse_log2;
+  float* delta;
 
-// The role-split tile's shared tiles (bwd_mainloop_split.h): no sdQ; sP, one sdS stage.
+  CUTE_DEVICE explicit BwdOperandTensors(typename Traits::SharedStorage& ss)
+      : q(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{})),
+        dout(make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutDO{})),
+        qt(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{})),
+        dot(make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{})),
+        k(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{})),
+        v(make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{})),
+        kt(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{})),
+        ds(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{})),
+        dst(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{})),
+        lse_log2(ss.lse_log2.data()),
+        delta(ss.delta.data()) {}
+};
+
+// The tile with the dQ writer (bwd_traits.h): also sdQ and its stages' mbarriers.
 template <class Traits>
-CUTE_DEVICE auto bwd_smem_tensors_split(typename Traits::SharedStorage& ss) {
-  struct {
-    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{})) q, dout;
-    decltype(make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{})) qt, dot;
-    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{})) k, v;
-    decltype(make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{})) kt;
-    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{})) ds;
-    decltype(make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{})) dst;
-    float* p;  // (kPValues / 4, 128) float4
-    float* lse_log2;
-    float* delta;
-  } t{make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{}),
-      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutDO{}),
-      make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{}),
-      make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{}),
-      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{}),
-      make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{}),
-      make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{}),
-      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{}),
-      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}),
-      ss.p.data(),
-      ss.lse_log2.data(),
-      ss.delta.data()};
-  return t;
-}
+struct BwdSmemTensors : BwdOperandTensors<Traits> {
+  typename BwdOperandTensors<Traits>::template Smem<typename Traits::SmemLayoutDQ, float> dq;  // fp32
+  uint64_t* dq_full;   // (kDQStages,) mbarriers, bwd_traits.h
+  uint64_t* dq_empty;
+
+  CUTE_DEVICE explicit BwdSmemTensors(typename Traits::SharedStorage& ss)
+      : BwdOperandTensors<Traits>(ss),
+        dq(make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{})),
+        dq_full(ss.barrier_dq_full),
+        dq_empty(ss.barrier_dq_empty) {}
+};
+
+// The role-split tile (bwd_mainloop_split.h): no sdQ; sP.
+template <class Traits>
+struct BwdSmemTensorsSplit : BwdOperandTensors<Traits> {
+  float* p;  // (kPValues / 4, 128) float4
+
+  CUTE_DEVICE explicit BwdSmemTensorsSplit(typename Traits::SharedStorage& ss)
+      : BwdOperandTensors<Traits>(ss), p(ss.p.data()) {}
+};
 
 template <class Traits>
 CUTE_DEVICE auto bwd_smem(typename Traits::SharedStorage& ss) {
   if constexpr (Traits::kRoleSplit) {
-    return bwd_smem_tensors_split<Traits>(ss);
+    return BwdSmemTensorsSplit<Traits>(ss);
   } else {
-    return bwd_smem_tensors<Traits>(ss);
+    return BwdSmemTensors<Traits>(ss);
   }
 }
 
