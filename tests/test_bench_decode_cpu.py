@@ -81,15 +81,17 @@ def test_page_size():
     assert bd.page_size("headmajor") is None
 
 
-def test_headmajor_layout_reads_the_same_values_from_head_major_memory(cpu_run):
+def test_headmajor_layout_reads_the_same_values_from_head_major_memory(cpu_run, monkeypatch):
     """Layout 'headmajor' (asked for, not a default): ours gets (batch, seqlen_k, hk, d) views of
     (batch, hk, seqlen_k, d) memory holding the same values."""
     seen = []
+
     def op(q, k, v, cache_seqlens=None, num_splits=0):
         seen.append((k, v))
         return kvcache_stand_in(q, k, v, cache_seqlens)
+
     q, k, v = (torch.randn(2, 1, 4, 16), torch.randn(2, 64, 2, 16), torch.randn(2, 64, 2, 16))
-    bd._kvcache_op = lambda: op  # cpu_run's monkeypatch restores it
+    monkeypatch.setattr(bd, "_kvcache_op", lambda: op)
     fn = bd.ours_fn([(q, k, v)], "headmajor", seed=None)
     out = fn(0)
     (kh, vh), = seen

@@ -21,6 +21,8 @@ else:
 DTYPE = torch.bfloat16 if torch.bfloat16 in DTYPES else DTYPES[0]
 # Head dims the tests sweep: the compiled ones among 64/128/256 (all the kernel's tile shapes).
 SWEEP_HDIMS = [d for d in (64, 128, 256) if d in HDIMS] or list(HDIMS[:1])
+
+
 def _capture(call, k_cache, v_cache):
     """call(k_cache, v_cache) captured in a CUDA graph after one warm-up call on copies of the caches
     (side stream, outside the capture): (graph, the outputs the graph writes)."""
