@@ -67,6 +67,23 @@ CUTE_DEVICE void mask_st(TensorS& s, TensorC const& tScS, int n0, int m0, int se
   }
 }
 
+// S^T -> P^T in place (rowcol view: key rows, query columns): P^T = exp2(S^T * scale_log2 - LSE_log2)
+// with lse_log2 the query block's rows; masked first where keys key0 .. key0 + kKeys reach past
+// seqlen_k or (causal) the block's last key n0 + kBlockN - 1 passes the bottom-right diagonal of
+// query row m0. Shared by both mainloops (bwd_mainloop_split.h: key0 = n0, kKeys = kBlockN).
+template <bool kCausal, int kKeys, int kBlockN, class TensorS, class TensorC>
+CUTE_DEVICE void st_to_pt(TensorS& s, TensorC const& tScS, const float* lse_log2, float scale_log2, int key0,
+                          int n0, int m0, int seqlen_q, int seqlen_k) {
+  const bool need_mask = key0 + kKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+  if (need_mask) { mask_st<kCausal>(s, tScS, key0, m0, seqlen_q, seqlen_k); }
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(s); ++c) {
+    const float l = lse_log2[get<1>(tScS(0, c))];
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
+  }
+}
+
 // dQ partial sums to shared memory: st.shared.v2.f32 of the accumulator's column pairs (i, i + 1)
 // (wgmma C fragments hold columns 2 (t%4) + {0, 1}: adjacent and 8-byte aligned under any K-major
 // swizzle of fp32, which permutes 16-byte chunks). sdq is position-independent (the swizzle acts on
@@ -158,15 +175,8 @@ struct BwdMainloop {
       const int m0 = m * kBlockM;
       warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
-      const bool need_mask = key0 + kWGKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
-      if (need_mask) { mask_st<kCausal>(s, tScS_rc, key0, m0, seqlen_q, seqlen_k); }
-      const float* lse = sm.lse_log2 + sq.index() * kBlockM;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        const float l = lse[get<1>(tScS_rc(0, c))];
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
-      }
+      st_to_pt<kCausal, kWGKeys, kBlockN>(s, tScS_rc, sm.lse_log2 + sq.index() * kBlockM, scale_log2, key0, n0, m0,
+                                          seqlen_q, seqlen_k);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)

@@ -32,7 +32,7 @@
 
 #include "../dropout.h"
 #include "bwd_dropout.h"
-#include "bwd_mainloop.h"  // mask_st, BwdBarrier, BwdDropoutArgs
+#include "bwd_mainloop.h"  // st_to_pt, BwdBarrier, BwdDropoutArgs
 #include "fwd_layouts.h"
 #include "wg_gemm.h"
 
@@ -125,15 +125,8 @@ struct BwdMainloopSplit {
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
-      const bool need_mask = n0 + kBlockN > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
-      if (need_mask) { mask_st<kCausal>(s, tScS_rc, n0, m0, seqlen_q, seqlen_k); }
-      const float* lse = sm.lse_log2 + st_q.index() * kBlockM;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        const float l = lse[get<1>(tScS_rc(0, c))];
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
-      }
+      st_to_pt<kCausal, kBlockN, kBlockN>(s, tScS_rc, sm.lse_log2 + st_q.index() * kBlockM, scale_log2, n0, n0, m0,
+                                          seqlen_q, seqlen_k);
       pipe_q.consumer_release(st_q);  // S^T and the LSE rows were this warpgroup's reads of the Q stage
       ++st_q;
       if constexpr (kDropout) {  // the dropped elements' sign set
