@@ -19,10 +19,11 @@
 namespace flash::sm90 {
 
 // Causal turn order (bwd_kernel.h dq_turn_number): descending, with the causal deterministic blocks
-// launched last-first, or ascending as the non-causal tiles. Ascending ran on the H200 (bit-identical,
-// sanitizers clean, 0.49-0.66x the default backward causal at d = 128); descending is compiled but has
-// not run on a GPU yet (benchmarks/NOTES.md "Deterministic sm90 backward"): off until it has.
-constexpr bool kDqTurnsCausalDescending = false;
+// launched last-first (FA3's order), or ascending as the non-causal tiles. H200, d = 128 causal backward
+// at 1k / 4k / 16k: ascending 182 / 244 / 320 TFLOP/s (0.49-0.66x the default backward: the
+// staircase), descending 277 / 415 / 482 (0.89-1.07x the default in the same run; d = 64 0.89-0.93x;
+// results/h200_det_desc.md). Both bit-identical run to run, sanitizers clean.
+constexpr bool kDqTurnsCausalDescending = true;
 
 // The dQ writer before the reduce-add of its tile: spins until *turn == n (acquire).
 CUTE_DEVICE void dq_turn_wait(const int* turn, int n) {
