@@ -20,6 +20,11 @@ constexpr int kCombineMaxHeadDim = 256;
 //   4k:   22.4 / 18.4 / 20.0 / 32.0 / 37.7   (this rule: 16)
 //   32k: 106.2 / 60.7 / 47.0 / 71.9 / 108.3  (this rule: 33)
 //   128k: 394 / 204 / 137.7 / 163 / 200      (this rule: 33; FA2's wave-efficiency rule took 29: 150.7)
+// Again after PDL (2026-12-02, results/h200_splits_decode.md), us for the rule / other counts:
+//   1 x 32k: 37.6 (33) / 39.4 (28), 42.0 (24), 45.4 (40), 43.3 (48), 43.3 (66), 47.1 (12)
+//   8 x 4k:  38.6 (4)  / 40.9 (3), 44.8 (5), 41.6 (6), 41.6 (8), 43.0 (12)
+//   8 x 32k: 242.3 (4) / 263.5 (3), 258.4 (6), 243.8 (8), 245.4 (12), 250.5 (24)
+// One full wave stays the optimum; what 1 x 32k and 8 x 4k lose to the copy rate is not the count.
 constexpr int kMinBlocksPerSplit = 4;
 inline int decode_num_splits(int work_blocks, int slots, int n_blocks) {
   if (work_blocks <= 0 || slots <= 0 || float(work_blocks) >= 0.8f * float(slots)) { return 1; }
