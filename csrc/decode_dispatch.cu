@@ -43,14 +43,19 @@ static DecodeTileInfo decode_tile(int headdim_rounded) {
 
 int kvcache_shared_memory_bytes(int headdim_rounded) { return decode_tile(headdim_rounded).smem_bytes; }
 
+// Decode thread blocks resident per SM (threads and shared memory; 1 KB of it reserved per block).
+static int decode_blocks_per_sm(const DecodeTileInfo& tile, int smem_per_sm) {
+  return std::max(1, std::min(2048 / tile.threads, smem_per_sm / (tile.smem_bytes + 1024)));
+}
+
 int kvcache_num_splits(const KvCacheParams& p, int num_sms, int smem_per_sm) {
   const DecodeTileInfo tile = decode_tile(p.headdim_rounded);
   if (tile.block_m < 0) { return 1; }
   const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
   const int64_t work = int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m);
-  const int per_sm = std::max(1, std::min(2048 / tile.threads, smem_per_sm / (tile.smem_bytes + 1024)));
   const int n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
-  return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms * per_sm, n_blocks);
+  return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms * decode_blocks_per_sm(tile, smem_per_sm),
+                           n_blocks);
 }
 
 template <typename Element>
@@ -83,6 +88,12 @@ cudaError_t run_kvcache(const KvCacheParams& caller_params, cudaStream_t stream)
   KvCacheParams params = caller_params;
   params.overlap_combine = current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
   params.overlap_decode = params.overlap_combine && decode_pdl_enabled();
+  if (params.overlap_decode) {
+    const DecodeTileInfo tile = decode_tile(params.headdim_rounded);
+    params.prefetch_blocks =
+        current_device_attribute<cudaDevAttrMultiProcessorCount>() *
+        decode_blocks_per_sm(tile, current_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>());
+  }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \

@@ -68,6 +68,47 @@ struct KvCacheSeq {
 };
 
 // 16-byte cp.async global -> shared; pred == false writes zeros and reads nothing.
+// Split `split` of num_splits: its share [n_begin, n_end) of the K/V blocks that the packed rows
+// row0 .. row0 + tile_rows - 1 (tokens row / group) see in a sequence of seq_k keys.
+template <int kBlockM, int kBlockN>
+struct DecodeSplitBlocks {
+  VisibleKeys vk;
+  int token_first, token_last, n_begin, n_end;
+
+  CUTE_DEVICE DecodeSplitBlocks(KvCacheParams const& p, int seq_k, int row0, int tile_rows, int group, int split)
+      : vk(p.seqlen_q, seq_k, p.window_left, p.window_right),
+        token_first(row0 / group),
+        token_last((row0 + tile_rows - 1) / group) {
+    const KvBlockRange<kBlockM, kBlockN> visible(vk, token_first, token_last);
+    const int per_split = (max(visible.n_max - visible.n_min, 0) + p.num_splits - 1) / p.num_splits;
+    n_begin = visible.n_min + split * per_split;
+    n_end = min(visible.n_max, n_begin + per_split);
+  }
+};
+
+// L2 prefetch of K/V rows key0 .. key0 + rows - 1 of head head_k: one prefetch.global.L2 per 128-B
+// line (per thread, no waterfall; the bulk prefetch takes its address from a uniform register, i.e.
+// one lane at a time). sm_90 only (the caller's window is a programmatic dependent launch's wait).
+// seq's fields and the pages it reads are clamped (KvCacheSeq), so every address lies inside the
+// cache even when they were read from memory another grid is still writing; rows past
+// seq.seqlen_k are skipped.
+template <typename Element>
+CUTE_DEVICE void prefetch_kv_rows_l2(KvCacheParams const& p, KvCacheSeq const& seq, int head_k, int key0, int rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int lines = (p.headdim * int(sizeof(Element)) + 127) / 128;  // per row
+  for (int i = threadIdx.x; i < 2 * rows * lines; i += blockDim.x) {
+    const int line = i % lines, key = key0 + i / lines / 2;
+    const bool is_v = i / lines % 2;
+    if (key >= seq.seqlen_k) { continue; }
+    const int64_t off = seq.slot_offset(p, seq.leftpad + key, is_v ? p.v_batch_stride : p.k_batch_stride,
+                                        is_v ? p.v_row_stride : p.k_row_stride) +
+                        head_k * (is_v ? p.v_head_stride : p.k_head_stride);
+    const char* addr = reinterpret_cast<const char*>(static_cast<const Element*>(is_v ? p.v_ptr : p.k_ptr) + off) + line * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
+  }
+#endif
+}
+
 CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
   SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>::copy(*static_cast<const uint128_t*>(gmem),
                                                    *static_cast<uint128_t*>(smem), pred);
@@ -106,27 +147,38 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   constexpr int kWarpKeys = Traits::kWarpKeys;
   constexpr int kChunks = kHeadDim / 8;  // 16-B chunks per row
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // The split-KV combine (launched after this grid with programmatic dependent launch) may start
-  // its thread blocks once every block of this grid runs; it waits for this grid's end itself.
-  griddep_launch_dependents();
-  // Launched with programmatic dependent launch itself (params.overlap_decode), this block may run
-  // before the previous grid of the stream ends: nothing is read before that grid's writes
-  // (cache_seqlens, the appended K/V, q, a reused partials buffer) are complete and visible.
-  griddep_wait();
-
   const int m_block = blockIdx.x, split = blockIdx.y;
   const int batch = blockIdx.z / params.nheads_k, head_k = blockIdx.z % params.nheads_k;
   const int group = params.nheads / params.nheads_k;
   const int row0 = m_block * kBlockM;                                   // first packed row of the tile
   const int tile_rows = min(kBlockM, params.seqlen_q * group - row0);  // rows that exist
+  // The split-KV combine (launched after this grid with programmatic dependent launch) may start
+  // its thread blocks once every block of this grid runs; it waits for this grid's end itself.
+  griddep_launch_dependents();
+  // Launched with programmatic dependent launch itself (params.overlap_decode), this block may run
+  // before the previous grid of the stream ends (in a generate loop: the previous call's combine,
+  // this call's append). Until then only a guess: the first kStages - 1 K/V blocks of this split
+  // by the lengths (and pages) as they read now, prefetched into L2 by the first wave's blocks
+  // (params.prefetch_blocks; a later wave starts after that grid). A stale length or page only
+  // prefetches other rows of the cache (clamped, KvCacheSeq), and L2 is where every grid's writes
+  // land, so a prefetched line that the previous grid then writes is read fresh.
+  const int linear_block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  if (linear_block < params.prefetch_blocks) {
+    const KvCacheSeq guess(params, batch);
+    const DecodeSplitBlocks<kBlockM, kBlockN> blocks(params, guess.seqlen_k, row0, tile_rows, group, split);
+    const int rows = min(blocks.n_end - blocks.n_begin, kStages - 1) * kBlockN;
+    if (rows > 0) { prefetch_kv_rows_l2<Element>(params, guess, head_k, blocks.n_begin * kBlockN, rows); }
+  }
+  // Nothing is read for use before the previous grid's writes (cache_seqlens, the appended K/V, q,
+  // a reused partials buffer) are complete and visible.
+  griddep_wait();
+
   const KvCacheSeq seq(params, batch);
-  const VisibleKeys vk(params.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
-  const int token_first = row0 / group, token_last = (row0 + tile_rows - 1) / group;
-  const KvBlockRange<kBlockM, kBlockN> visible(vk, token_first, token_last);
   // This split's share of the visible K/V blocks (of this sequence's real length).
-  const int per_split = (max(visible.n_max - visible.n_min, 0) + params.num_splits - 1) / params.num_splits;
-  const int n_begin = visible.n_min + split * per_split;
-  const int n_end = min(visible.n_max, n_begin + per_split);
+  const DecodeSplitBlocks<kBlockM, kBlockN> blocks(params, seq.seqlen_k, row0, tile_rows, group, split);
+  const VisibleKeys& vk = blocks.vk;
+  const int token_first = blocks.token_first, token_last = blocks.token_last;
+  const int n_begin = blocks.n_begin, n_end = blocks.n_end;
 
   // ---------------------------------------------------------------- SHARED MEMORY
   extern __shared__ __align__(128) char smem[];

@@ -216,6 +216,10 @@ struct KvCacheParams : FwdParams {
   // combine, an append, the caller's kernels) and wait in griddep_wait() before their first read.
   // On where overlap_combine is, unless FLASH_ATTN_CUDA_DECODE_PDL=0 (read per call).
   bool overlap_decode = false;
+  // Set by the dispatch too (overlap_decode only, else 0): the decode grid's first wave, SMs x blocks
+  // per SM. Blocks with a linear index below it prefetch their first K/V blocks into L2 while they
+  // wait for the previous grid (decode_kernel.h); a later wave starts after that grid has ended.
+  int prefetch_blocks = 0;
 };
 
 // Backward: the forward's fields (q, k, v, out = o_ptr, lse and their strides) plus the

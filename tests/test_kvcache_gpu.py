@@ -248,15 +248,18 @@ def test_cuda_graph_generate_loop():
         lengths += 1
 
 
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "paged16"])
 @pytest.mark.parametrize("num_splits", [1, 4])
-def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_splits):
+def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_splits, page_size):
     """Six calls captured in one graph, each call's q the previous call's output and each appending a
     key: on sm90 the decode kernel starts while the previous grid drains (programmatic dependent
-    launch) and must not read q, the appended K/V or cache_seqlens before that grid's writes land.
-    Bit-identical to the same chain run eagerly with FLASH_ATTN_CUDA_DECODE_PDL=0."""
+    launch) and must not read q, the appended K/V or cache_seqlens before that grid's writes land
+    (it only guesses its first K/V rows from them for an L2 prefetch, decode_kernel.h; the appended
+    rows are among those it prefetches). Bit-identical to the same chain run eagerly with
+    FLASH_ATTN_CUDA_DECODE_PDL=0 (no prefetch either)."""
     batch, capacity, nheads, nheads_k, hdim, steps = 3, 2048, 8, 2, SWEEP_HDIMS[0], 6
     torch.manual_seed(23)
-    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=23)
+    k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, page_size, seed=23)
     q0 = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
     k_new = torch.randn(steps, batch, 1, nheads_k, hdim, device="cuda", dtype=DTYPE)
     v_new = torch.randn_like(k_new)
@@ -266,7 +269,7 @@ def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_spli
         outs, q = [], q0
         for i in range(steps):
             q = attention_with_kvcache(q, kc, vc, k_new[i], v_new[i], cache_seqlens=lengths[i], causal=True,
-                                       num_splits=num_splits)
+                                       block_table=block_table, num_splits=num_splits)
             outs.append(q)
         return outs
 
