@@ -88,6 +88,7 @@ cudaError_t run_kvcache(const KvCacheParams& caller_params, cudaStream_t stream)
   KvCacheParams params = caller_params;
   params.overlap_combine = current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
   params.overlap_decode = params.overlap_combine && decode_pdl_enabled();
+  params.prefetch_blocks = 0;
   if (params.overlap_decode) {
     const DecodeTileInfo tile = decode_tile(params.headdim_rounded);
     params.prefetch_blocks =

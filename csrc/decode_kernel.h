@@ -23,28 +23,44 @@ namespace flash {
 
 using namespace cute;
 
+// A read of a sequence index array (cache_seqlens, cache_leftpad, cache_batch_idx, block_table):
+// plain, or kL2: through L2 only (ld.global.cg). The decode kernel's guess before griddep_wait reads
+// with kL2, so no line it leaves in L1 can be what the reads after the wait see.
+template <bool kL2>
+CUTE_DEVICE int load_index(const int* ptr) {
+  if constexpr (kL2) {
+    return __ldcg(ptr);
+  } else {
+    return *ptr;
+  }
+}
+
 // Where sequence b's keys live: cache slots [leftpad, leftpad + seqlen_k), clamped into the cache.
+// kL2 (a bool_constant argument): the index arrays read through L2 only (load_index).
 struct KvCacheSeq {
   int seqlen_k;          // keys this sequence attends to (after the append)
   int leftpad;           // first valid slot
   int cache_row;         // contiguous cache: the row of this batch element
   const int* pages;      // paged cache: this sequence's block_table row; null: contiguous
 
-  CUTE_DEVICE KvCacheSeq(KvCacheParams const& p, int b) {
+  template <bool kL2 = false>
+  CUTE_DEVICE KvCacheSeq(KvCacheParams const& p, int b, cute::bool_constant<kL2> = {}) {
     const int capacity = p.seqlen_k;
-    leftpad = p.cache_leftpad != nullptr ? min(max(p.cache_leftpad[b], 0), capacity) : 0;
-    const int64_t end = p.cache_seqlens != nullptr ? int64_t(p.cache_seqlens[b]) + p.seqlen_new : capacity;
+    leftpad = p.cache_leftpad != nullptr ? min(max(load_index<kL2>(p.cache_leftpad + b), 0), capacity) : 0;
+    const int64_t end =
+        p.cache_seqlens != nullptr ? int64_t(load_index<kL2>(p.cache_seqlens + b)) + p.seqlen_new : capacity;
     seqlen_k = int(min(max(end, int64_t(leftpad)), int64_t(capacity))) - leftpad;
-    cache_row = min(max(p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b, 0), p.num_pages - 1);
+    cache_row = min(max(p.cache_batch_idx != nullptr ? load_index<kL2>(p.cache_batch_idx + b) : b, 0), p.num_pages - 1);
     pages = p.block_table != nullptr ? p.block_table + b * p.block_table_batch_stride : nullptr;
   }
 
   // The page (paged) or cache row (contiguous) holding slot a (0 <= a < capacity): a memory read
   // when paged, which the decode kernel issues a block ahead of its use.
+  template <bool kL2 = false>
   CUTE_DEVICE int page_of(KvCacheParams const& p, int a) const {
     if (pages == nullptr) { return cache_row; }
     const int index = p.page_shift >= 0 ? a >> p.page_shift : a / p.page_size;
-    return min(max(pages[index], 0), p.num_pages - 1);
+    return min(max(load_index<kL2>(pages + index), 0), p.num_pages - 1);
   }
   // Element offset of slot a in page (from page_of) of a cache with these batch (or page) and row strides.
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int page, int a, int64_t batch_stride,
@@ -53,8 +69,9 @@ struct KvCacheSeq {
     if (pages != nullptr) { row = p.page_shift >= 0 ? a & (p.page_size - 1) : a % p.page_size; }
     return page * batch_stride + int64_t(row) * row_stride;
   }
+  template <bool kL2 = false>
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int a, int64_t batch_stride, int64_t row_stride) const {
-    return slot_offset(p, page_of(p, a), a, batch_stride, row_stride);
+    return slot_offset(p, page_of<kL2>(p, a), a, batch_stride, row_stride);
   }
   // Paged: index into this sequence's block_table row of the page holding slot a (< max_pages
   // when a < capacity = max_pages * page_size).
@@ -67,7 +84,6 @@ struct KvCacheSeq {
   }
 };
 
-// 16-byte cp.async global -> shared; pred == false writes zeros and reads nothing.
 // Split `split` of num_splits: its share [n_begin, n_end) of the K/V blocks that the packed rows
 // row0 .. row0 + tile_rows - 1 (tokens row / group) see in a sequence of seq_k keys.
 template <int kBlockM, int kBlockN>
@@ -88,27 +104,31 @@ struct DecodeSplitBlocks {
 
 // L2 prefetch of K/V rows key0 .. key0 + rows - 1 of head head_k: one prefetch.global.L2 per 128-B
 // line (per thread, no waterfall; the bulk prefetch takes its address from a uniform register, i.e.
-// one lane at a time). sm_90 only (the caller's window is a programmatic dependent launch's wait).
-// seq's fields and the pages it reads are clamped (KvCacheSeq), so every address lies inside the
-// cache even when they were read from memory another grid is still writing; rows past
-// seq.seqlen_k are skipped.
+// one lane at a time), from the row's start rounded down to a line; a row whose bytes are not a
+// multiple of 128 gets one line more, skipped where it lies past the row. sm_90 only (the caller's
+// window is a programmatic dependent launch's wait). seq (built with kL2) is clamped and its pages
+// are read through L2 and clamped (KvCacheSeq), so every address lies inside the cache even when
+// they come from memory another grid is still writing; rows past seq.seqlen_k are skipped.
 template <typename Element>
 CUTE_DEVICE void prefetch_kv_rows_l2(KvCacheParams const& p, KvCacheSeq const& seq, int head_k, int key0, int rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int lines = (p.headdim * int(sizeof(Element)) + 127) / 128;  // per row
+  const int bytes = p.headdim * int(sizeof(Element));
+  const int lines = (bytes + 127) / 128 + (bytes % 128 != 0);  // per row
   for (int i = threadIdx.x; i < 2 * rows * lines; i += blockDim.x) {
     const int line = i % lines, key = key0 + i / lines / 2;
     const bool is_v = i / lines % 2;
     if (key >= seq.seqlen_k) { continue; }
-    const int64_t off = seq.slot_offset(p, seq.leftpad + key, is_v ? p.v_batch_stride : p.k_batch_stride,
-                                        is_v ? p.v_row_stride : p.k_row_stride) +
+    const int64_t off = seq.slot_offset<true>(p, seq.leftpad + key, is_v ? p.v_batch_stride : p.k_batch_stride,
+                                              is_v ? p.v_row_stride : p.k_row_stride) +
                         head_k * (is_v ? p.v_head_stride : p.k_head_stride);
-    const char* addr = reinterpret_cast<const char*>(static_cast<const Element*>(is_v ? p.v_ptr : p.k_ptr) + off) + line * 128;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
+    const uintptr_t row = reinterpret_cast<uintptr_t>(static_cast<const Element*>(is_v ? p.v_ptr : p.k_ptr) + off);
+    const uintptr_t addr = (row & ~uintptr_t(127)) + uintptr_t(line) * 128;
+    if (addr < row + bytes) { asm volatile("prefetch.global.L2 [%0];" ::"l"(addr)); }
   }
 #endif
 }
 
+// 16-byte cp.async global -> shared; pred == false writes zeros and reads nothing.
 CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
   SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>::copy(*static_cast<const uint128_t*>(gmem),
                                                    *static_cast<uint128_t*>(smem), pred);
@@ -164,7 +184,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   // land, so a prefetched line that the previous grid then writes is read fresh.
   const int linear_block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   if (linear_block < params.prefetch_blocks) {
-    const KvCacheSeq guess(params, batch);
+    const KvCacheSeq guess(params, batch, cute::true_type{});  // index arrays through L2 only
     const DecodeSplitBlocks<kBlockM, kBlockN> blocks(params, guess.seqlen_k, row0, tile_rows, group, split);
     const int rows = min(blocks.n_end - blocks.n_begin, kStages - 1) * kBlockN;
     if (rows > 0) { prefetch_kv_rows_l2<Element>(params, guess, head_k, blocks.n_begin * kBlockN, rows); }

@@ -254,9 +254,9 @@ def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_spli
     """Six calls captured in one graph, each call's q the previous call's output and each appending a
     key: on sm90 the decode kernel starts while the previous grid drains (programmatic dependent
     launch) and must not read q, the appended K/V or cache_seqlens before that grid's writes land
-    (it only guesses its first K/V rows from them for an L2 prefetch, decode_kernel.h; the appended
-    rows are among those it prefetches). Bit-identical to the same chain run eagerly with
-    FLASH_ATTN_CUDA_DECODE_PDL=0 (no prefetch either)."""
+    (it only guesses its first K/V rows from them for an L2 prefetch, decode_kernel.h; the first
+    sequence's appended key is among the rows it prefetches). Bit-identical to the same chain run
+    eagerly with FLASH_ATTN_CUDA_DECODE_PDL=0 (no prefetch either)."""
     batch, capacity, nheads, nheads_k, hdim, steps = 3, 2048, 8, 2, SWEEP_HDIMS[0], 6
     torch.manual_seed(23)
     k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, page_size, seed=23)
@@ -283,6 +283,46 @@ def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_spli
     for i in range(steps):
         assert torch.equal(got[i], want[i]), f"step {i}: graph (PDL) differs from eager without it"
     assert torch.equal(k_cache, k_eager) and torch.equal(v_cache, v_eager)
+
+
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "paged16"])
+def test_graph_chain_rewriting_indices_equals_eager_without_pdl(monkeypatch, page_size):
+    """Six calls in one graph without an append, each after kernels that rewrite cache_seqlens and
+    cache_batch_idx (contiguous) or block_table (paged) in place: the decode kernel guesses its
+    first K/V rows from those arrays before griddep_wait (an L2 prefetch, reads through L2 only) and
+    must use only what it reads after the wait. Bit-identical to the eager chain without PDL."""
+    batch, capacity, nheads, nheads_k, hdim, steps = 3, 2048, 8, 2, SWEEP_HDIMS[0], 6
+    torch.manual_seed(29)
+    k_cache, v_cache, table0 = _cache(batch, capacity, nheads_k, hdim, page_size, seed=29)
+    q0 = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    step_lengths = [torch.randint(1, capacity + 1, (batch,), dtype=torch.int32, device="cuda") for _ in range(steps)]
+    step_index = [torch.randperm(batch, device="cuda").to(torch.int32) for _ in range(steps)]
+    step_tables = [table0[torch.randperm(batch, device="cuda")] if table0 is not None else None for _ in range(steps)]
+    lengths = step_lengths[-1].clone()
+    batch_idx = step_index[-1].clone() if table0 is None else None
+    table = step_tables[-1].clone() if table0 is not None else None
+
+    def chain(kc, vc):
+        outs, q = [], q0
+        for i in range(steps):
+            lengths.copy_(step_lengths[i])
+            if table is None:
+                batch_idx.copy_(step_index[i])
+            else:
+                table.copy_(step_tables[i])
+            q = attention_with_kvcache(q, kc, vc, cache_seqlens=lengths, cache_batch_idx=batch_idx,
+                                       block_table=table, num_splits=4)
+            outs.append(q.clone())
+        return outs
+
+    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_PDL", "0")
+    want = chain(k_cache, v_cache)
+    monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_PDL")
+    graph, got = _capture(chain, k_cache, v_cache)
+    graph.replay()
+    torch.cuda.synchronize()
+    for i in range(steps):
+        assert torch.equal(got[i], want[i]), f"step {i}: graph (PDL) differs from eager without it"
 
 
 def test_compile_and_opcheck():
