@@ -248,6 +248,22 @@ def test_cuda_graph_generate_loop():
         lengths += 1
 
 
+def _graph_chain_equals_eager_without_pdl(monkeypatch, chain, k_cache, v_cache):
+    """chain(kc, vc) -> list of outputs: run eagerly with FLASH_ATTN_CUDA_DECODE_PDL=0 on copies of
+    the caches, then captured (PDL on) and replayed on the caches themselves; every output and both
+    caches bit-identical."""
+    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_PDL", "0")
+    k_eager, v_eager = k_cache.clone(), v_cache.clone()
+    want = chain(k_eager, v_eager)
+    monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_PDL")
+    graph, got = _capture(chain, k_cache, v_cache)
+    graph.replay()
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert torch.equal(a, b), f"step {i}: graph (PDL) differs from eager without it"
+    assert torch.equal(k_cache, k_eager) and torch.equal(v_cache, v_eager)
+
+
 @pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "paged16"])
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_splits, page_size):
@@ -273,16 +289,7 @@ def test_dependent_chain_in_graph_equals_eager_without_pdl(monkeypatch, num_spli
             outs.append(q)
         return outs
 
-    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_PDL", "0")
-    k_eager, v_eager = k_cache.clone(), v_cache.clone()
-    want = chain(k_eager, v_eager)
-    monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_PDL")
-    graph, got = _capture(chain, k_cache, v_cache)
-    graph.replay()
-    torch.cuda.synchronize()
-    for i in range(steps):
-        assert torch.equal(got[i], want[i]), f"step {i}: graph (PDL) differs from eager without it"
-    assert torch.equal(k_cache, k_eager) and torch.equal(v_cache, v_eager)
+    _graph_chain_equals_eager_without_pdl(monkeypatch, chain, k_cache, v_cache)
 
 
 @pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "paged16"])
@@ -315,14 +322,7 @@ def test_graph_chain_rewriting_indices_equals_eager_without_pdl(monkeypatch, pag
             outs.append(q.clone())
         return outs
 
-    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_PDL", "0")
-    want = chain(k_cache, v_cache)
-    monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_PDL")
-    graph, got = _capture(chain, k_cache, v_cache)
-    graph.replay()
-    torch.cuda.synchronize()
-    for i in range(steps):
-        assert torch.equal(got[i], want[i]), f"step {i}: graph (PDL) differs from eager without it"
+    _graph_chain_equals_eager_without_pdl(monkeypatch, chain, k_cache, v_cache)
 
 
 def test_compile_and_opcheck():
