@@ -59,19 +59,16 @@ struct KvCacheSeq {
   template <bool kL2 = false>
   CUTE_DEVICE int page_of(KvCacheParams const& p, int a) const {
     if (pages == nullptr) { return cache_row; }
-    const int index = p.page_shift >= 0 ? a >> p.page_shift : a / p.page_size;
-    return min(max(load_index<kL2>(pages + index), 0), p.num_pages - 1);
+    return min(max(load_index<kL2>(pages + page_index(p, a)), 0), p.num_pages - 1);
   }
   // Element offset of slot a in page (from page_of) of a cache with these batch (or page) and row strides.
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int page, int a, int64_t batch_stride,
                                   int64_t row_stride) const {
-    int row = a;
-    if (pages != nullptr) { row = p.page_shift >= 0 ? a & (p.page_size - 1) : a % p.page_size; }
+    const int row = pages != nullptr ? row_in_page(p, a) : a;
     return page * batch_stride + int64_t(row) * row_stride;
   }
-  template <bool kL2 = false>
   CUTE_DEVICE int64_t slot_offset(KvCacheParams const& p, int a, int64_t batch_stride, int64_t row_stride) const {
-    return slot_offset(p, page_of<kL2>(p, a), a, batch_stride, row_stride);
+    return slot_offset(p, page_of(p, a), a, batch_stride, row_stride);
   }
   // Paged: index into this sequence's block_table row of the page holding slot a (< max_pages
   // when a < capacity = max_pages * page_size).
@@ -102,28 +99,30 @@ struct DecodeSplitBlocks {
   }
 };
 
-// L2 prefetch of K/V rows key0 .. key0 + rows - 1 of head head_k: one prefetch.global.L2 per 128-B
-// line (per thread, no waterfall; the bulk prefetch takes its address from a uniform register, i.e.
-// one lane at a time), from the row's start rounded down to a line; a row whose bytes are not a
-// multiple of 128 gets one line more, skipped where it lies past the row. sm_90 only (the caller's
-// window is a programmatic dependent launch's wait). seq (built with kL2) is clamped and its pages
-// are read through L2 and clamped (KvCacheSeq), so every address lies inside the cache even when
-// they come from memory another grid is still writing; rows past seq.seqlen_k are skipped.
+// L2 prefetch of K/V rows key0 .. key0 + rows - 1 of head head_k: a thread per row (its page read
+// once), one prefetch.global.L2 per 128-B line of its K and its V row (per thread, no waterfall; the
+// bulk prefetch takes its address from a uniform register, i.e. one lane at a time), from the row's
+// start rounded down to a line; a row whose bytes are not a multiple of 128 gets one line more,
+// skipped where it lies past the row. sm_90 only (the caller's window is a programmatic dependent
+// launch's wait). seq (built with kL2) is clamped and its pages are read through L2 and clamped
+// (KvCacheSeq), so every address lies inside the cache even when they come from memory another
+// grid is still writing; rows past seq.seqlen_k are skipped.
 template <typename Element>
 CUTE_DEVICE void prefetch_kv_rows_l2(KvCacheParams const& p, KvCacheSeq const& seq, int head_k, int key0, int rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int bytes = p.headdim * int(sizeof(Element));
   const int lines = (bytes + 127) / 128 + (bytes % 128 != 0);  // per row
-  for (int i = threadIdx.x; i < 2 * rows * lines; i += blockDim.x) {
-    const int line = i % lines, key = key0 + i / lines / 2;
-    const bool is_v = i / lines % 2;
-    if (key >= seq.seqlen_k) { continue; }
-    const int64_t off = seq.slot_offset<true>(p, seq.leftpad + key, is_v ? p.v_batch_stride : p.k_batch_stride,
-                                              is_v ? p.v_row_stride : p.k_row_stride) +
-                        head_k * (is_v ? p.v_head_stride : p.k_head_stride);
-    const uintptr_t row = reinterpret_cast<uintptr_t>(static_cast<const Element*>(is_v ? p.v_ptr : p.k_ptr) + off);
-    const uintptr_t addr = (row & ~uintptr_t(127)) + uintptr_t(line) * 128;
-    if (addr < row + bytes) { asm volatile("prefetch.global.L2 [%0];" ::"l"(addr)); }
+  auto prefetch_row = [&](const void* base, int64_t off) {
+    const uintptr_t row = reinterpret_cast<uintptr_t>(static_cast<const Element*>(base) + off);
+    for (int line = 0; line < lines; ++line) {
+      const uintptr_t addr = (row & ~uintptr_t(127)) + uintptr_t(line) * 128;
+      if (addr < row + bytes) { asm volatile("prefetch.global.L2 [%0];" ::"l"(addr)); }
+    }
+  };
+  for (int r = threadIdx.x; r < rows && key0 + r < seq.seqlen_k; r += blockDim.x) {
+    const int slot = seq.leftpad + key0 + r, page = seq.page_of<true>(p, slot);
+    prefetch_row(p.k_ptr, seq.slot_offset(p, page, slot, p.k_batch_stride, p.k_row_stride) + head_k * p.k_head_stride);
+    prefetch_row(p.v_ptr, seq.slot_offset(p, page, slot, p.v_batch_stride, p.v_row_stride) + head_k * p.v_head_stride);
   }
 #endif
 }
