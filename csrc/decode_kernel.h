@@ -127,10 +127,29 @@ CUTE_DEVICE void prefetch_kv_rows_l2(KvCacheParams const& p, KvCacheSeq const& s
 #endif
 }
 
-// 16-byte cp.async global -> shared; pred == false writes zeros and reads nothing.
+// L2 prefetch size of the K/V cp.asyncs (PTX .L2::64B / 128B / 256B; 0: no hint). 128 is CUTLASS's
+// SM80_CP_ASYNC_CACHEGLOBAL_ZFILL, what every measurement before 2026-12-02 (eighth session) used.
+#ifndef FLASH_ATTN_CUDA_DECODE_L2_PREFETCH
+#define FLASH_ATTN_CUDA_DECODE_L2_PREFETCH 128
+#endif
+
+// 16-byte cp.async global -> shared (L1 bypassed); pred == false writes zeros and reads nothing.
 CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
-  SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>::copy(*static_cast<const uint128_t*>(gmem),
-                                                   *static_cast<uint128_t*>(smem), pred);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t dst = cast_smem_ptr_to_uint(smem);
+  const int src_size = pred ? 16 : 0;
+#if FLASH_ATTN_CUDA_DECODE_L2_PREFETCH == 256
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_size));
+#elif FLASH_ATTN_CUDA_DECODE_L2_PREFETCH == 128
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_size));
+#elif FLASH_ATTN_CUDA_DECODE_L2_PREFETCH == 64
+  asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_size));
+#elif FLASH_ATTN_CUDA_DECODE_L2_PREFETCH == 0
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_size));
+#else
+#error "FLASH_ATTN_CUDA_DECODE_L2_PREFETCH: 0, 64, 128 or 256"
+#endif
+#endif
 }
 // 4-byte cp.async (through L1: the block_table entries of one page are read by many rows).
 CUTE_DEVICE void cp_async_4(int* smem, const int* gmem, bool pred) {
