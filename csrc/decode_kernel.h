@@ -127,8 +127,10 @@ CUTE_DEVICE void prefetch_kv_rows_l2(KvCacheParams const& p, KvCacheSeq const& s
 #endif
 }
 
-// L2 prefetch size of the K/V cp.asyncs (PTX .L2::64B / 128B / 256B; 0: no hint). 128 is CUTLASS's
-// SM80_CP_ASYNC_CACHEGLOBAL_ZFILL, what every measurement before 2026-12-02 (eighth session) used.
+// L2 prefetch size of the K/V cp.asyncs (PTX .L2::64B / 128B / 256B; 0: no hint, which ptxas 13.0
+// compiles as 128). 128 is CUTLASS's SM80_CP_ASYNC_CACHEGLOBAL_ZFILL. H200, GQA 32/8 d = 128 bf16, same
+// run as cuDNN (benchmarks/results/history/h200_l2_*_decode.md), us 128 / 256 / 64: 1 x 32k 37.4 / 39.3 /
+// 37.4, 8 x 32k 242.7 / 262.8 / 242.8, 64 x 4k 238.8 / 258.2 / 238.7: 256 B is 5-8 % slower, 64 B equal.
 #ifndef FLASH_ATTN_CUDA_DECODE_L2_PREFETCH
 #define FLASH_ATTN_CUDA_DECODE_L2_PREFETCH 128
 #endif
