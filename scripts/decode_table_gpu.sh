@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device call: issue 10's decode table. Builds d = 128 bf16 (sm_90: forward + KV cache), then
+# bench_decode over GQA 32/8 and MHA 32/32, batch 1..128 x 2k..128k cached tokens (K/V <= 8 GB), ours
+# (attention_with_kvcache on contiguous and paged 16/64/256 caches, and the one-token attention() call)
+# against SDPA flash and cuDNN in the same run.
+#   OUT=$OUT scripts/decode_table_gpu.sh        (needs the nvidia-cutlass wheel in .whl/)
+set -uo pipefail
+. "$(dirname "$0")/gpu_stage_lib.sh"
+gpu_setup table
+export FLASH_ATTN_CUDA_ARCHS="90" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYPES=bf16 \
+  FLASH_ATTN_CUDA_BACKWARD=0 FLASH_ATTN_CUDA_SMEM_TILES=0 MAX_JOBS=8
+DEADLINE=${DEADLINE:-575}
+gpu_build 200
+TAILN=3 stage bench 420 python3 -m flash_attn_cuda.bench_decode --heads 32:8,32:32 --batches 1,8,32,64,128 \
+  --seqlens 2k,4k,32k,128k --impls flash_attn_cuda,attention,sdpa_flash,sdpa_cudnn \
+  --layouts contiguous,paged16,paged64,paged256 --max-kv-gb 8 --prefix h200 --out "$OUT/res"
+grep -E "^\| [0-9]" "$OUT/res/h200_decode.md" | head -80
+gpu_finish
