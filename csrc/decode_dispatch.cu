@@ -54,8 +54,8 @@ int kvcache_num_splits(const KvCacheParams& p, int num_sms, int smem_per_sm) {
   const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
   const int64_t work = int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m);
   const int n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
-  return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms * decode_blocks_per_sm(tile, smem_per_sm),
-                           n_blocks);
+  return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms,
+                           num_sms * decode_blocks_per_sm(tile, smem_per_sm), n_blocks);
 }
 
 template <typename Element>

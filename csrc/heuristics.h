@@ -13,21 +13,38 @@ constexpr int kMaxSplits = 128;
 constexpr int kCombineMaxHeadDim = 256;
 
 // How many splits of the key axis the decode kernel (memory-bound) uses: none when the unsplit
-// thread blocks already fill 80 % of the GPU's slots (SMs x blocks per SM); else one full wave,
-// floor(slots / work_blocks) splits, but at least kMinBlocksPerSplit K/V blocks of the longest
-// possible sequence (n_blocks, from the cache's capacity) per split.
-// H200, bf16, GQA 32/8, d=128, batch 1 (slots 264, work 8), us for 8 / 16 / 32 / 64 / 128 splits:
-//   4k:   22.4 / 18.4 / 20.0 / 32.0 / 37.7   (this rule: 16)
-//   32k: 106.2 / 60.7 / 47.0 / 71.9 / 108.3  (this rule: 33)
-//   128k: 394 / 204 / 137.7 / 163 / 200      (this rule: 33; FA2's wave-efficiency rule took 29: 150.7)
-// Again after PDL (2026-12-02, results/h200_splits_decode.md), us for the rule / other counts:
+// thread blocks already fill 80 % of the GPU's slots (SMs x blocks per SM). Else:
+//   - short caches (at most kShortBlocksPerSplit K/V blocks per split when every SM takes one thread
+//     block): one thread block per SM, floor(SMs / work_blocks) splits, at least kMinShortBlocksPerSplit
+//     blocks each. The call is fixed cost (launch, first tile, merge, combine); a second block on an
+//     SM only shares it.
+//   - otherwise one full wave of slots, floor(slots / work_blocks) splits, at least kMinBlocksPerSplit
+//     K/V blocks each (two blocks per SM keep twice the K/V in flight).
+// n_blocks: K/V blocks of the longest possible sequence (from the cache's capacity).
+// H200, bf16, GQA 32/8, d=128, batch 1 (slots 264, work 8), us for 8 / 16 / 32 / 64 / 128 splits
+// (2026-12-01, before PDL and the parallel combine):
+//   4k:   22.4 / 18.4 / 20.0 / 32.0 / 37.7
+//   32k: 106.2 / 60.7 / 47.0 / 71.9 / 108.3
+//   128k: 394 / 204 / 137.7 / 163 / 200      (FA2's wave-efficiency rule took 29: 150.7)
+// After PDL (2026-12-02, results/h200_splits_decode.md), us for the rule / other counts:
 //   1 x 32k: 37.6 (33) / 39.4 (28), 42.0 (24), 45.4 (40), 43.3 (48), 43.3 (66), 47.1 (12)
 //   8 x 4k:  38.6 (4)  / 40.9 (3), 44.8 (5), 41.6 (6), 41.6 (8), 43.0 (12)
 //   8 x 32k: 242.3 (4) / 263.5 (3), 258.4 (6), 243.8 (8), 245.4 (12), 250.5 (24)
-// One full wave stays the optimum; what 1 x 32k and 8 x 4k lose to the copy rate is not the count.
+// With the L2 prefetch (2026-12-02, eighth session, results/history/h200_splits2_*), us by count:
+//   1 x 2k: 9.89 (8, the rule before: 4 blocks each) / 9.21 (12) / 8.06 (16) / 8.88 (24) / 9.40 (32) /
+//           9.15 (33); cuDNN 8.61
+//   1 x 4k: 9.88 (16) / 9.75 (16, forced) / 12.2 (12) / 11.05 (24) / 11.31 (32) / 11.51 (33)
+//   8 x 2k: 23.12 (4) / 23.39 (2) / 26.51 (6) / 26.99 (8);  8 x 4k: 37.58 (4) / 39.75 (2) / 41.46 (6)
 constexpr int kMinBlocksPerSplit = 4;
-inline int decode_num_splits(int work_blocks, int slots, int n_blocks) {
+constexpr int kShortBlocksPerSplit = 4;
+constexpr int kMinShortBlocksPerSplit = 2;
+inline int decode_num_splits(int work_blocks, int num_sms, int slots, int n_blocks) {
   if (work_blocks <= 0 || slots <= 0 || float(work_blocks) >= 0.8f * float(slots)) { return 1; }
+  const int per_sm = std::max(1, num_sms / work_blocks);
+  if (n_blocks <= kShortBlocksPerSplit * per_sm) {
+    const int by_length = (n_blocks + kMinShortBlocksPerSplit - 1) / kMinShortBlocksPerSplit;
+    return std::max(1, std::min({per_sm, by_length, kMaxSplits}));
+  }
   const int wave = slots / work_blocks;
   const int by_length = (n_blocks + kMinBlocksPerSplit - 1) / kMinBlocksPerSplit;
   return std::max(1, std::min({wave, by_length, kMaxSplits}));
