@@ -15,9 +15,9 @@ constexpr int kCombineMaxHeadDim = 256;
 // How many splits of the key axis the decode kernel (memory-bound) uses: none when the unsplit
 // thread blocks already fill 80 % of the GPU's slots (SMs x blocks per SM). Else:
 //   - short caches (at most kShortBlocksPerSplit K/V blocks per split when every SM takes one thread
-//     block): one thread block per SM, floor(SMs / work_blocks) splits, at least kMinShortBlocksPerSplit
-//     blocks each. The call is fixed cost (launch, first tile, merge, combine); a second block on an
-//     SM only shares it.
+//     block): one thread block per SM, floor(SMs / work_blocks) splits (fewer if the cache has fewer
+//     K/V blocks). Such a call is mostly fixed cost (launch, first tile, merge, combine) and a second
+//     block on an SM only shares the SM.
 //   - otherwise one full wave of slots, floor(slots / work_blocks) splits, at least kMinBlocksPerSplit
 //     K/V blocks each (two blocks per SM keep twice the K/V in flight).
 // n_blocks: K/V blocks of the longest possible sequence (from the cache's capacity).
@@ -35,16 +35,17 @@ constexpr int kCombineMaxHeadDim = 256;
 //           9.15 (33); cuDNN 8.61
 //   1 x 4k: 9.88 (16) / 9.75 (16, forced) / 12.2 (12) / 11.05 (24) / 11.31 (32) / 11.51 (33)
 //   8 x 2k: 23.12 (4) / 23.39 (2) / 26.51 (6) / 26.99 (8);  8 x 4k: 37.58 (4) / 39.75 (2) / 41.46 (6)
+//   1 x 1k: 7.01 (16) / 8.11 (8) / 9.38 (4) / 8.48 (32); cuDNN 7.49
+//   1 x 8k: 13.58 (16) / 14.55 (32) / 21.38 (8) / 31.52 (4); cuDNN 15.25
+// So one block per SM wins up to 8 K/V blocks per split (1 x 8k: 16 splits of 8 beat 32 of 4), while
+// 16 per split at one block per SM is even with 8 at two (8 x 2k: 2 splits 23.39, 4 splits 23.12)
+// and 32 loses (1 x 32k: 16 splits 60.7 against 33 splits 47.0, the 2026-12-01 sweep).
 constexpr int kMinBlocksPerSplit = 4;
-constexpr int kShortBlocksPerSplit = 4;
-constexpr int kMinShortBlocksPerSplit = 2;
+constexpr int kShortBlocksPerSplit = 8;
 inline int decode_num_splits(int work_blocks, int num_sms, int slots, int n_blocks) {
   if (work_blocks <= 0 || slots <= 0 || float(work_blocks) >= 0.8f * float(slots)) { return 1; }
-  const int per_sm = std::max(1, num_sms / work_blocks);
-  if (n_blocks <= kShortBlocksPerSplit * per_sm) {
-    const int by_length = (n_blocks + kMinShortBlocksPerSplit - 1) / kMinShortBlocksPerSplit;
-    return std::max(1, std::min({per_sm, by_length, kMaxSplits}));
-  }
+  const int sm_wave = std::max(1, num_sms / work_blocks);  // splits at one thread block per SM
+  if (n_blocks <= kShortBlocksPerSplit * sm_wave) { return std::max(1, std::min({sm_wave, n_blocks, kMaxSplits})); }
   const int wave = slots / work_blocks;
   const int by_length = (n_blocks + kMinBlocksPerSplit - 1) / kMinBlocksPerSplit;
   return std::max(1, std::min({wave, by_length, kMaxSplits}));

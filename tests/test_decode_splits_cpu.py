@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
 H200_SMS, H200_SLOTS = 132, 264  # two decode blocks per SM at d = 128 (decode_dispatch.cu)
 # (work blocks, K/V blocks of 64 keys) -> the count measured fastest (GQA 32/8: work = batch x 8 heads)
 MEASURED = {
-    (8, 32): 16,    # 1 x 2k: 8.06 us at 16 splits; 8 9.89, 12 9.21, 24 8.88, 32 9.40
+    (8, 16): 16,    # 1 x 1k: 7.01 us at 16 splits; 4 9.38, 8 8.11, 32 8.48
+    (8, 32): 16,    # 1 x 2k: 8.06 at 16; 8 9.89, 12 9.21, 24 8.88, 32 9.40
+    (8, 128): 16,   # 1 x 8k: 13.58 at 16; 4 31.52, 8 21.38, 32 14.55
     (8, 64): 16,    # 1 x 4k: 9.75 at 16; 12 12.2, 24 11.05, 32 11.31
     (8, 512): 33,   # 1 x 32k: 37.6 at 33; 28 39.4, 24 42.0, 40 45.4
     (64, 32): 4,    # 8 x 2k: 23.12 at 4; 2 23.39, 6 26.51, 8 26.99
