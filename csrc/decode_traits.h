@@ -20,18 +20,42 @@ namespace flash {
 
 using namespace cute;
 
+// Tile experiments (a whole build, or one decode unit recompiled with the dispatch, must see the same
+// values: decode_dispatch.cu sizes the split count from this tile; scripts/variants_gpu.sh):
+// FLASH_ATTN_CUDA_DECODE_BLOCK_N keys per K/V tile, FLASH_ATTN_CUDA_DECODE_WARPS warps,
+// FLASH_ATTN_CUDA_DECODE_STAGES stages at d <= 128. Measured (H200, GQA 32/8 d = 128 bf16, same run
+// as cuDNN, ours / cuDNN; results/history/h200_dtile{1,2}_*), this tile (64 keys, 4 warps, 3 stages, two
+// blocks per SM) against 128 keys x 4 warps (32 keys per warp, 253 registers, one block per SM) with
+// 2 / 3 stages:
+//   batch 8 x 1k / 4k / 32k:  0.96 / 0.97 / 0.98  vs 1.04 / 1.02 / 1.00 (2) and 1.02 / 1.03 / 1.00 (3)
+//   batch 1 x 1k / 4k / 32k:  1.07 / 1.17 / 1.00  vs 1.04 / 1.12 / 1.03 and 1.02 / 1.05 / 1.03
+//   batch 32 x 1k / 2k / 4k:  1.02 / 0.99 / 0.99  vs 0.93 / 0.96 / 0.99 and 0.94 / 0.97 / 0.98
+//   paged 16 / contiguous:    0.86-1.02           vs 0.79-0.96 and 0.80-0.99
+// 128 keys x 8 warps (16 keys per warp, one block per SM): 2 stages 0.97-1.01, 3 stages 0.97-1.02 at
+// batch 1 / 8 / 32 x 4k / 32k, 1 x 4k 1.02 (this tile 1.20). No tile wins every shape: the wide
+// one would pay only as a second kernel for batch ~8 and long caches (build time: not yet).
+#ifndef FLASH_ATTN_CUDA_DECODE_BLOCK_N
+#define FLASH_ATTN_CUDA_DECODE_BLOCK_N 64
+#endif
+#ifndef FLASH_ATTN_CUDA_DECODE_WARPS
+#define FLASH_ATTN_CUDA_DECODE_WARPS 4
+#endif
+#ifndef FLASH_ATTN_CUDA_DECODE_STAGES
+#define FLASH_ATTN_CUDA_DECODE_STAGES 3
+#endif
+
 template <int kHeadDim_, typename Element_>
 struct DecodeTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 16;
-  static constexpr int kBlockN = 64;
-  static constexpr int kNWarps = 4;
+  static constexpr int kBlockN = FLASH_ATTN_CUDA_DECODE_BLOCK_N;
+  static constexpr int kNWarps = FLASH_ATTN_CUDA_DECODE_WARPS;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kWarpKeys = kBlockN / kNWarps;  // keys of each K/V tile one warp owns
   // Shared memory per stage: 2 * 64 * d * 2 B (32 KB at d = 128); 3 stages keep two tiles in
   // flight and two thread blocks fit an H200 SM (2 x 100 KB); d > 128 uses 2 stages (128 KB).
-  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kStages = kHeadDim <= 128 ? FLASH_ATTN_CUDA_DECODE_STAGES : 2;
   static_assert(kWarpKeys % 16 == 0, "each warp's keys are whole k16 MMA steps of P V");
 
   // Atoms, swizzled smem row layout and the 16-B global copy layout of the forward kernel.
@@ -61,6 +85,7 @@ struct DecodeTraits {
   static constexpr int kPageRingBytes = kPageSlots * kBlockN * int(sizeof(int));
   static constexpr int kSmemBytes =
       kSmemQElems * int(sizeof(Element)) + kStages * kStageBytes + kStatsBytes + kPageRingBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "the decode tile must fit one thread block's shared memory");
 };
 
 // What the host needs of a head dim's decode tile (the same for both dtypes).

@@ -22,7 +22,8 @@ struct OnlineSoftmax {
   }
 
   // s: (rows, kBlockN) scores in, probabilities P (unnormalised) out.  o: (rows, d) running O.
-  template <class S, class O>
+  // kSkipUnitRescale: rows whose max did not move (correction exactly 1) skip the multiply of O.
+  template <bool kSkipUnitRescale = false, class S, class O>
   CUTE_DEVICE void update(S& s, O& o, float scale_log2) {
     static_assert(decltype(size<0>(s))::value == kRows);
     CUTE_UNROLL
@@ -42,8 +43,10 @@ struct OnlineSoftmax {
         sum += s(r, c);
       }
       row_sum(r) = row_sum(r) * correction + sum;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(o); ++c) { o(r, c) *= correction; }
+      if (!kSkipUnitRescale || correction != 1.f) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(o); ++c) { o(r, c) *= correction; }
+      }
     }
   }
 

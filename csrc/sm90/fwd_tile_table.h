@@ -46,6 +46,9 @@ struct FwdTile<64> {
 //                                | 515.4 / 624.9 / 622.9, causal 308.8 / 554.9 / 656.7
 //   128 x 128 no overlap:          457.7 / 564.9 / 553.3, causal 295.8 / 478.6 / 524.6
 // fp16 (run 2): 443.7 / 586.5 / 572.4, causal 299.6 / 529.7 / 663.3 (sm80 274.0 / 299.2 / 336.4)
+// 3 stages (224 KB, cuDNN's kernel uses 227 KB; Python bench, same run as cuDNN, 2026-12-03,
+// results/history/h200_fwd_s3_*): 512.7 / 587.0 / 613.0, causal 370.4 / 518.2 / 610.1 against 2 stages'
+// 559.8 and 517.0 (two runs) / 592.1 / 613.2, causal 371.2 / 519.8 / 608.3: no gain, 2 stays.
 template <>
 struct FwdTile<128> {
   static constexpr int kBlockN = 128;

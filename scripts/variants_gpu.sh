@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One device call: compile-time variants side by side. Builds the extension once (default: d = 128 bf16,
+# forward + KV cache, archs 90;90a; override with the FLASH_ATTN_CUDA_* variables), then per variant
+# recompiles only UNITS (object names of the build) from the build log's own nvcc lines plus the
+# variant's -D flags, relinks into a copy of the package under /tmp/v_<name>/, and runs BENCH (a
+# module and its arguments; --prefix h200_<tag> --out are appended) from that copy. ORDER lists
+# tag:variant runs (default: base, each variant, base again; base = the build itself). Benchmarks
+# check every impl against the float32 reference before timing it.
+#   OUT=$OUT UNITS="decode_hdim128_bf16.o decode_dispatch.o" VARIANTS="R:-DX=1 B:-DY=2,-DZ=3" \
+#     BENCH="flash_attn_cuda.bench_decode --heads 32:8 ..." scripts/variants_gpu.sh   (cutlass wheel in .whl/)
+#   TEST_VARIANT=name TESTS="tests/x.py": that variant's copy runs pytest on TESTS after the benches.
+set -uo pipefail
+. "$(dirname "$0")/gpu_stage_lib.sh"
+gpu_setup variants
+export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-"90;90a"} FLASH_ATTN_CUDA_HDIMS=${FLASH_ATTN_CUDA_HDIMS:-128} \
+  FLASH_ATTN_CUDA_DTYPES=${FLASH_ATTN_CUDA_DTYPES:-bf16} FLASH_ATTN_CUDA_BACKWARD=${FLASH_ATTN_CUDA_BACKWARD:-0} \
+  FLASH_ATTN_CUDA_FEATURES=${FLASH_ATTN_CUDA_FEATURES:-0} FLASH_ATTN_CUDA_SMEM_TILES=0 MAX_JOBS=${MAX_JOBS:-12}
+DEADLINE=${DEADLINE:-570}
+gpu_build 240
+variant() {  # variant NAME DEFINES...: /tmp/v_NAME/flash_attn_cuda with UNITS rebuilt
+  local name=$1 dir=/tmp/v_$1; shift
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r flash_attn_cuda tests pyproject.toml "$dir/"
+  python3 - "$OUT/build.log" "$dir" "$UNITS" "$@" <<'PY'
+import re, shlex, subprocess, sys
+log, d, units, defs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+lines = open(log).read().splitlines()
+objs = {}
+for unit in units:
+    cc = next(l for l in lines if "nvcc" in l and "/" + unit + " " in l)
+    args = shlex.split(re.sub(r"^\[\d+/\d+\] ", "", cc))
+    if "-MD" in args:
+        i = args.index("-MD"); del args[i:i + 3]           # no depfile into the base build dir
+    args[args.index("-o") + 1] = f"{d}/{unit}"
+    subprocess.run(args + defs, check=True)
+    objs[unit] = f"{d}/{unit}"
+ld = next(l for l in lines if l.startswith("/opt/gcc/bin/g++") and "-shared" in l)
+args = shlex.split(ld)
+args = [next((o for u, o in objs.items() if a.endswith("/" + u)), a) for a in args]
+so = args[args.index("-o") + 1]
+args[args.index("-o") + 1] = f"{d}/flash_attn_cuda/" + so.split("/")[-1]
+subprocess.run(args, check=True)
+print("variant", d, "ok")
+PY
+  ( cd "$dir" && PYTHONPATH=$PWD python3 -c "import flash_attn_cuda._C as c; print('loads', c.__file__)" )
+}
+for v in $VARIANTS; do
+  n=${v%%:*}
+  ( variant "$n" $(echo "${v#*:}" | tr ',' ' ') > "$OUT/variant_$n.log" 2>&1; echo "variant $n rc=$?"; tail -1 "$OUT/variant_$n.log"
+    grep -A2 "Function properties" "$OUT/variant_$n.log" | grep -E "spill" | sort | uniq -c | head -3 ) &
+done
+wait
+run_bench() {  # run_bench TAG NAME (base: the build itself)
+  local dir=$PWD
+  [ "$2" = base ] || dir=/tmp/v_$2
+  ( cd "$dir" && PYTHONPATH=$PWD TAILN=0 stage bench_$1 ${BENCH_TIMEOUT:-90} python3 -m $BENCH --prefix h200_$1 --out "$OUT/res" )
+}
+ORDER=${ORDER:-"base1:base $(for v in $VARIANTS; do echo -n "${v%%:*}:${v%%:*} "; done) base2:base"}
+for o in $ORDER; do run_bench "${o%%:*}" "${o#*:}"; done
+for o in $ORDER; do
+  t=${o%%:*}; echo "## $t"
+  for f in "$OUT/res/h200_${t}.md" "$OUT/res/h200_${t}_"*.md; do [ -f "$f" ] || continue; grep -E "^\| [0-9]" "$f" | cut -c1-${SUMMARY_COLS:-400}; grep -il mismatch "$f"; done
+done
+if [ -n "${TEST_VARIANT:-}" ]; then
+  ( cd /tmp/v_$TEST_VARIANT && PYTHONPATH=$PWD TAILN=4 stage tests_$TEST_VARIANT 150 python3 -m pytest -q -p no:cacheprovider -rfE ${TESTS:-tests/test_kvcache_gpu.py} )
+fi
+gpu_finish
