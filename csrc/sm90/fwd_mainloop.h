@@ -179,7 +179,7 @@ struct FwdMainloop {
       warpgroup_fence_operand(rP);
       pipe_v.consumer_release(st_v);
       ++st_v;
-      scale_rows(o, corr);
+      scale_rows_between_blocks(o, corr);
       to_p();
     }
 

@@ -64,6 +64,12 @@ struct OnlineSoftmax {
   }
 };
 
+// Experiment (FLASH_ATTN_CUDA_SM90_SKIP_RESCALE=1): the O rescale between blocks is skipped when no
+// row of the warp changed its max (every factor exactly 1: the same O bit for bit); one vote per warp
+// keeps the branch uniform.
+#ifndef FLASH_ATTN_CUDA_SM90_SKIP_RESCALE
+#define FLASH_ATTN_CUDA_SM90_SKIP_RESCALE 0
+#endif
 template <class TensorO, int kRows>
 CUTE_DEVICE void scale_rows(TensorO& o, float const (&f)[kRows]) {
   CUTE_UNROLL
@@ -71,6 +77,17 @@ CUTE_DEVICE void scale_rows(TensorO& o, float const (&f)[kRows]) {
     CUTE_UNROLL
     for (int c = 0; c < size<1>(o); ++c) { o(r, c) *= f[r]; }
   }
+}
+
+template <class TensorO, int kRows>
+CUTE_DEVICE void scale_rows_between_blocks(TensorO& o, float const (&f)[kRows]) {
+  if constexpr (FLASH_ATTN_CUDA_SM90_SKIP_RESCALE != 0) {
+    bool moved = false;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) { moved = moved || f[r] != 1.f; }
+    if (!__any_sync(0xffffffffu, moved)) { return; }
+  }
+  scale_rows(o, f);
 }
 
 }  // namespace flash::sm90

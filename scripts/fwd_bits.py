@@ -1,0 +1,35 @@
+"""Bit-identity of two builds' forward outputs: `save FILE` runs attention() (the default family) on fixed
+seeded shapes (ragged, causal both, GQA, d = 128 bf16) and saves out and lse; `compare A B` exits 1 unless
+both files hold the same bits. For changes that must not move a bit (e.g. skipping a multiply by 1)."""
+import sys
+
+import torch
+
+SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv heads, causal
+    (2, 1000, 1000, 16, 16, False), (2, 1000, 1000, 16, 16, True), (1, 4096, 4096, 16, 4, False),
+    (1, 4096, 4096, 16, 4, True), (3, 113, 777, 8, 8, False), (3, 777, 113, 8, 2, True),
+]
+
+
+def save(path):
+    from flash_attn_cuda import attention
+    torch.manual_seed(0)
+    res = {}
+    for i, (b, sq, sk, h, hk, causal) in enumerate(SHAPES):
+        q = torch.randn(b, sq, h, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse = attention(q, k, v, causal=causal, return_lse=True)
+        res[f"out{i}"], res[f"lse{i}"] = out.cpu(), lse.cpu()
+    torch.save(res, path)
+
+
+def compare(a, b):
+    ra, rb = torch.load(a), torch.load(b)
+    bad = [k for k in ra if not torch.equal(ra[k].view(torch.uint8) if ra[k].dtype == torch.bfloat16 else ra[k],
+                                            rb[k].view(torch.uint8) if rb[k].dtype == torch.bfloat16 else rb[k])]
+    print(f"fwd_bits: {len(ra)} tensors, {len(bad)} differ {bad}")
+    return 1 if bad or len(ra) != len(rb) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(save(sys.argv[2]) if sys.argv[1] == "save" else compare(sys.argv[2], sys.argv[3]))
