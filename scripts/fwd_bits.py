@@ -25,8 +25,7 @@ def save(path):
 
 def compare(a, b):
     ra, rb = torch.load(a), torch.load(b)
-    bad = [k for k in ra if not torch.equal(ra[k].view(torch.uint8) if ra[k].dtype == torch.bfloat16 else ra[k],
-                                            rb[k].view(torch.uint8) if rb[k].dtype == torch.bfloat16 else rb[k])]
+    bad = [k for k in ra if k not in rb or not torch.equal(ra[k].view(torch.uint8), rb[k].view(torch.uint8))]
     print(f"fwd_bits: {len(ra)} tensors, {len(bad)} differ {bad}")
     return 1 if bad or len(ra) != len(rb) else 0
 
