@@ -166,20 +166,31 @@ void check_fwd_smem(const at::Tensor& q, const flash::FwdParams& p, flash::FwdFa
 }
 
 // FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS, read on every forward call (benchmarks and tests switch it
-// between calls): unset, empty or "0" -> 0, the sm90 forward's one CTA per tile; "sms" -> -1, the
-// persistent kernel with one CTA per SM; a positive integer N -> at most N CTAs of it (tests run
-// several tiles per CTA on small shapes). Only in a build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1
-// (build_config.py); elsewhere, and for anything else, one clear error. Calls that the sm80
-// family serves ignore it.
+// between calls): unset or empty -> the build's kernel (the persistent one with one CTA per SM, -1,
+// where it is compiled: FLASH_ATTN_CUDA_SM90_PERSISTENT=1, the default, or both; else 0); "0" -> 0,
+// one CTA per tile; "sms" -> -1; a positive integer N -> the persistent kernel with at most N CTAs
+// (tests run several tiles per CTA on small shapes). A kernel the build left out (build_config.py),
+// or anything else, is one clear error. Calls that the sm80 family serves ignore it.
 int sm90_persistent_ctas_from_env() {
   const char* raw = std::getenv("FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS");
   std::string value = raw == nullptr ? "" : raw;
   const size_t begin = value.find_first_not_of(" \t"), end = value.find_last_not_of(" \t");
   value = begin == std::string::npos ? "" : value.substr(begin, end - begin + 1);
-  if (value.empty() || value == "0") { return 0; }
+#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
+  if (value.empty()) { return -1; }
+#else
+  if (value.empty()) { return 0; }
+#endif
+  if (value == "0") {
+#ifdef FLASH_ATTN_CUDA_SM90_NO_ONE_TILE
+    TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS=0 asks for the one-CTA-per-tile sm90 "
+                "forward, which this build left out (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=0 or both)");
+#endif
+    return 0;
+  }
 #ifndef FLASH_ATTN_CUDA_SM90_PERSISTENT
   TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS is set ('", raw, "') but this build has "
-              "no persistent sm90 forward (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1)");
+              "no persistent sm90 forward (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1 or both)");
 #endif
   if (value == "sms") { return -1; }
   bool digits = value.size() <= 6;
@@ -449,7 +460,7 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
   // allocator, zeroed by the launch on the stream: graph capture records the memset), kept alive
   // until the launch is queued.
   at::Tensor tile_counter;
-  if (p.sm90_persistent_ctas != 0 && will_run == flash::FwdFamily::kSm90) {
+  if (p.sm90_persistent_ctas != 0 && will_run == flash::FwdFamily::kSm90 && p.window_left < 0 && p.window_right == 0) {
     tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.sm90_tiles.counter = tile_counter.data_ptr<int>();
   }

@@ -136,10 +136,11 @@ struct FwdParams {
   // tiles come from the GPU's opt-in limit (smem_budget.h) lowered to this cap; the binding sets it
   // from FLASH_ATTN_CUDA_SMEM_BUDGET, a testing knob that runs the 163 / 99 KB tiles on an H200.
   int smem_budget_kb = 0;
-  // sm90 forward only: 0 (default) one CTA per 128-row tile (fwd_kernel.h); != 0 the persistent
-  // kernel (fwd_persistent.h, built with FLASH_ATTN_CUDA_SM90_PERSISTENT=1): > 0 at most this many
-  // CTAs, < 0 one per SM, each looping over tiles. The binding sets it from
-  // FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS; a build without the persistent kernel refuses != 0.
+  // sm90 forward only: != 0 the persistent kernel (fwd_persistent.h, the default build's): > 0 at
+  // most this many CTAs, < 0 one per SM, each looping over tiles; 0 one CTA per 128-row tile
+  // (fwd_kernel.h) where the build compiled it (FLASH_ATTN_CUDA_SM90_PERSISTENT=0 or both), else the
+  // persistent kernel with one CTA per SM (csrc/sm90/fwd_launch.h). The binding sets it from
+  // FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS.
   int sm90_persistent_ctas = 0;
   // Persistent sm90 forward with causal masks only (fwd_scheduler.h's dynamic order). Last member:
   // the one-tile kernel's parameter offsets stay.

@@ -49,17 +49,19 @@ import torch.nn.functional as F
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
          "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99",
-         "flash_attn_cuda_sm90_persistent", "flash_attn_cuda_deterministic")
+         "flash_attn_cuda_sm90_persistent", "flash_attn_cuda_sm90_one_tile", "flash_attn_cuda_deterministic")
 # flash_attn_cuda_sm80 / _sm90: ours with the family forced (FLASH_ATTN_CUDA_FAMILY around each forward and
 # backward call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
 # flash_attn_cuda_smem163 / _smem99: ours under FLASH_ATTN_CUDA_SMEM_BUDGET=163 / 99 around every timed
 # call (forward and backward): the tiles A100 / sm86-sm89 run, timed on this GPU as a stand-in.
-# flash_attn_cuda_sm90_persistent: the sm90 family with its persistent forward kernel (one CTA per SM,
-# FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS=sms around each call; needs a build with
-# FLASH_ATTN_CUDA_SM90_PERSISTENT=1, else the forward raises).
+# flash_attn_cuda_sm90_persistent / _sm90_one_tile: the sm90 family with its persistent forward kernel (one
+# CTA per SM, the default build's) / its one-CTA-per-tile kernel (FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS=sms / 0
+# around each call; a build that left that kernel out (FLASH_ATTN_CUDA_SM90_PERSISTENT=0 / 1) raises; both
+# builds with FLASH_ATTN_CUDA_SM90_PERSISTENT=both).
 # Asked for by name (--impls); the default list leaves them out.
 SMEM_IMPLS = {"flash_attn_cuda_smem163": "163", "flash_attn_cuda_smem99": "99"}  # impl -> budget (KB)
-PERSISTENT_IMPLS = {"flash_attn_cuda_sm90_persistent": "sms"}  # impl -> FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS
+PERSISTENT_IMPLS = {"flash_attn_cuda_sm90_persistent": "sms",  # impl -> FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS
+                    "flash_attn_cuda_sm90_one_tile": "0"}
 # flash_attn_cuda_deterministic: ours (default family) with deterministic=True (bit-identical gradients).
 OPT_IN_IMPLS = ("flash_attn_cuda_deterministic",)
 DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS and i not in OPT_IN_IMPLS)
@@ -164,7 +166,7 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
 
 
 FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90",  # impl -> forced FLASH_ATTN_CUDA_FAMILY
-                "flash_attn_cuda_sm90_persistent": "sm90"}
+                "flash_attn_cuda_sm90_persistent": "sm90", "flash_attn_cuda_sm90_one_tile": "sm90"}
 
 
 def is_ours(impl: str) -> bool:

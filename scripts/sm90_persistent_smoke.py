@@ -3,10 +3,11 @@ before anything else: a hang costs one minute. Step 1 is exactly the autouse fix
 tests/test_sm90_persistent_gpu.py (one CTA, q = k = v of shape (1, 256, 2, d) bf16: 4 tiles of 2 key
 blocks on one CTA, the call that hung on 2026-12-02), then a few multi-tile shapes on 1 and 3 CTAs.
 Every call is synchronised and printed (flushed) before the next, so a hang names its call. Each
-persistent O / LSE must equal the one-tile kernel's bit for bit, and the one-tile O must pass FA2's
-rule against a float32 reference. Exit status 1 on any mismatch.
-Usage: python3 scripts/sm90_persistent_smoke.py (in the repository root, extension built with
-FLASH_ATTN_CUDA_SM90_PERSISTENT=1)."""
+persistent O / LSE must equal the base's bit for bit (the one-tile kernel where the build has it,
+FLASH_ATTN_CUDA_SM90_PERSISTENT=both; else the persistent kernel with one CTA per SM), and the base's O
+must pass FA2's rule against a float32 reference. Exit status 1 on any mismatch.
+Usage: python3 scripts/sm90_persistent_smoke.py (in the repository root, extension built with the
+persistent kernel: FLASH_ATTN_CUDA_SM90_PERSISTENT unset, 1 or both)."""
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ from flash_attn_cuda import attention  # noqa: E402
 from flash_attn_cuda.reference import attention_ref  # noqa: E402
 
 KNOB = "FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS"
+BASE = ["0"]  # the knob value of the kernel compared with (main() sets it)
 
 
 def call(q, k, v, causal, ctas):
@@ -41,8 +43,8 @@ def call(q, k, v, causal, ctas):
 
 def check(name, q, k, v, causal, ctas_list):
     t0 = time.time()
-    ref_out, ref_lse = call(q, k, v, causal, None)
-    assert_fa2_close(f"{name} one-tile O", ref_out, attention_ref(q, k, v, causal)[0],
+    ref_out, ref_lse = call(q, k, v, causal, BASE[0])
+    assert_fa2_close(f"{name} base ({KNOB}={BASE[0]}) O", ref_out, attention_ref(q, k, v, causal)[0],
                      attention_ref(q, k, v, causal, compute_dtype=None)[0])
     bad = 0
     for ctas in ctas_list:
@@ -62,6 +64,13 @@ def main():
     print(f"sm90 head dims built: {hdims}", flush=True)
     if not hdims:
         raise SystemExit("no sm90 forward in this build")
+    try:
+        call(*(torch.randn(1, 128, 2, hdims[0], device="cuda", dtype=torch.bfloat16),) * 3, False, "0")
+    except RuntimeError as e:
+        if "left out" not in str(e):
+            raise
+        BASE[0] = "sms"
+    print(f"base: {KNOB}={BASE[0]}", flush=True)
     bad = 0
     for d in hdims:
         torch.manual_seed(d)

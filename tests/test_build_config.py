@@ -37,16 +37,32 @@ def test_backward_and_features_flags():
 
 def test_compile_defines_follow_the_flags():
     defines = build_config.compile_defines
-    assert defines(build_config.from_env({}, no_gpu)) == ["-DFLASH_ATTN_CUDA_BACKWARD"]
+    persistent = ["-DFLASH_ATTN_CUDA_SM90_PERSISTENT", "-DFLASH_ATTN_CUDA_SM90_NO_ONE_TILE"]  # the default kernel
+    assert defines(build_config.from_env({}, no_gpu)) == ["-DFLASH_ATTN_CUDA_BACKWARD"] + persistent
     assert defines(build_config.from_env({"FLASH_ATTN_CUDA_BACKWARD": "0", "FLASH_ATTN_CUDA_FEATURES": "0"},
-                                         no_gpu)) == ["-DFLASH_ATTN_CUDA_NO_FEATURES"]
+                                         no_gpu)) == ["-DFLASH_ATTN_CUDA_NO_FEATURES"] + persistent
     assert defines(build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": "90;90a"})) == [
-        "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]
+        "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES"] + persistent
     assert defines(build_config.from_env({"FLASH_ATTN_CUDA_ARCHS": "90;90a", "FLASH_ATTN_CUDA_SM90_PERSISTENT": "1"})) == [
-        "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES", "-DFLASH_ATTN_CUDA_SM90_PERSISTENT"]
-    assert build_config.from_env({}, no_gpu).sm90_persistent is False  # off until measured
+        "-DFLASH_ATTN_CUDA_BACKWARD", "-DFLASH_ATTN_CUDA_NO_SMEM_TILES"] + persistent
+
+
+@pytest.mark.parametrize("value,persistent,one_tile", [
+    (None, True, False), ("", True, False), ("1", True, False), ("0", False, True), ("both", True, True),
+    (" Both ", True, True)])
+def test_sm90_persistent_option_picks_the_kernels(value, persistent, one_tile):
+    env = {} if value is None else {"FLASH_ATTN_CUDA_SM90_PERSISTENT": value}
+    cfg = build_config.from_env(env, no_gpu)
+    assert (cfg.sm90_persistent, cfg.sm90_one_tile) == (persistent, one_tile)
+    flags = build_config.compile_defines(cfg)
+    assert ("-DFLASH_ATTN_CUDA_SM90_PERSISTENT" in flags) == persistent
+    assert ("-DFLASH_ATTN_CUDA_SM90_NO_ONE_TILE" in flags) == (not one_tile)
+
+
+@pytest.mark.parametrize("value", ["sms", "2", "persistent"])
+def test_sm90_persistent_option_rejects_garbage(value):
     with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_SM90_PERSISTENT"):
-        build_config.from_env({"FLASH_ATTN_CUDA_SM90_PERSISTENT": "sms"}, no_gpu)
+        build_config.from_env({"FLASH_ATTN_CUDA_SM90_PERSISTENT": value}, no_gpu)
 
 
 @pytest.mark.parametrize("archs,value,expected", [

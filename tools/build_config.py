@@ -13,10 +13,12 @@ setup.py before anything is built, and by the CPU tests).
                                            tables: A100, sm86/sm89): auto builds them when an arch below
                                            9.0 is listed (a 9.0-only build never launches them), 1 always
                                            (the H200 runs them under FLASH_ATTN_CUDA_SMEM_BUDGET), 0 never
-    FLASH_ATTN_CUDA_SM90_PERSISTENT "0"     1: also the persistent sm90 forward (csrc/sm90/fwd_persistent.h:
-                                           one CTA per SM looping over tiles, twice the kernels in the
-                                           sm90 forward units), chosen per call by the runtime knob
-                                           FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS; 0: not built (the knob raises)
+    FLASH_ATTN_CUDA_SM90_PERSISTENT "1"     which sm90 forward kernel the sm90 units compile: 1 the persistent
+                                           one (csrc/sm90/fwd_persistent.h: one CTA per SM looping over the
+                                           tiles, causal longest first), 0 the one-CTA-per-tile one
+                                           (fwd_kernel.h), both: the two (twice the kernels in those units;
+                                           benchmarks and bit-identity tests pick one per call with the
+                                           runtime knob FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS)
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job; MAX_JOBS unset:
                                            one per core, at most one per MEM_PER_JOB_GIB of available
                                            memory (max_jobs)
@@ -68,7 +70,8 @@ class BuildConfig:
     kvcache: bool = True
     sm90a: bool = False  # 90a listed: the sm90 forward family is built
     smem_tiles: bool = True  # the 163 / 99 KB tile rows are built (parse_smem_tiles)
-    sm90_persistent: bool = False  # the persistent sm90 forward kernel is built (not measured yet: off)
+    sm90_persistent: bool = True  # the persistent sm90 forward kernel is built (parse_sm90_persistent)
+    sm90_one_tile: bool = False  # the one-CTA-per-tile sm90 forward kernel is built
 
 
 def _split(value: str) -> list[str]:
@@ -188,6 +191,20 @@ def parse_bool(name: str, value: str | None, default: bool) -> bool:
     raise ValueError(f"{name}: expected 0/1 (or true/false), got {value!r}")
 
 
+def parse_sm90_persistent(value: str | None) -> tuple[bool, bool]:
+    """FLASH_ATTN_CUDA_SM90_PERSISTENT -> (persistent kernel built, one-tile kernel built): unset or 1 ->
+    the persistent one (H200, bf16, same run as cuDNN: 0-16 % faster than the one-tile kernel at 1k-16k
+    except causal 16k, -1 to -2 %; benchmarks/NOTES.md, "Tenth session"), 0 -> the one-tile one, both."""
+    v = (value or "").strip().lower()
+    if v == "both":
+        return True, True
+    if v not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ValueError(f"FLASH_ATTN_CUDA_SM90_PERSISTENT: expected 1 (persistent), 0 (one CTA per tile) or both, "
+                         f"got {value!r}")
+    persistent = parse_bool("FLASH_ATTN_CUDA_SM90_PERSISTENT", value, True)
+    return persistent, not persistent
+
+
 def parse_smem_tiles(value: str | None, archs: Sequence[int]) -> bool:
     """FLASH_ATTN_CUDA_SMEM_TILES: auto (unset) -> whether an arch below 90 is listed (only GPUs
     below 9.0 have less than 227 KB of shared memory per block), else 0/1."""
@@ -208,8 +225,8 @@ def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int
         features=parse_bool("FLASH_ATTN_CUDA_FEATURES", env.get("FLASH_ATTN_CUDA_FEATURES"), True),
         kvcache=parse_bool("FLASH_ATTN_CUDA_KVCACHE", env.get("FLASH_ATTN_CUDA_KVCACHE"), True),
         smem_tiles=parse_smem_tiles(env.get("FLASH_ATTN_CUDA_SMEM_TILES"), archs),
-        sm90_persistent=parse_bool("FLASH_ATTN_CUDA_SM90_PERSISTENT", env.get("FLASH_ATTN_CUDA_SM90_PERSISTENT"),
-                                   False),
+        **dict(zip(("sm90_persistent", "sm90_one_tile"),
+                   parse_sm90_persistent(env.get("FLASH_ATTN_CUDA_SM90_PERSISTENT")))),
     )
 
 
@@ -234,7 +251,8 @@ def compile_defines(cfg: BuildConfig) -> list[str]:
     return ((["-DFLASH_ATTN_CUDA_BACKWARD"] if cfg.backward else []) +
             ([] if cfg.features else ["-DFLASH_ATTN_CUDA_NO_FEATURES"]) +
             ([] if cfg.smem_tiles else ["-DFLASH_ATTN_CUDA_NO_SMEM_TILES"]) +
-            (["-DFLASH_ATTN_CUDA_SM90_PERSISTENT"] if cfg.sm90_persistent else []))
+            (["-DFLASH_ATTN_CUDA_SM90_PERSISTENT"] if cfg.sm90_persistent else []) +
+            ([] if cfg.sm90_one_tile else ["-DFLASH_ATTN_CUDA_SM90_NO_ONE_TILE"]))
 
 
 def nvcc_gencode_flags(archs: tuple[int, ...]) -> list[str]:

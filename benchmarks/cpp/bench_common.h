@@ -166,6 +166,15 @@ inline void require_gpu(const char* prog) {
 
 // ---------------------------------------------------------------- PARAMETERS
 
+// The persistent sm90 forward's causal tile counter (FwdParams::sm90_tiles.counter): one int of device
+// memory for the process (the benchmarks run one forward at a time on one stream); nullptr if the
+// allocation failed (a causal sm90 launch then reports cudaErrorInvalidValue).
+inline int* sm90_tile_counter() {
+  static int* counter = nullptr;
+  if (counter == nullptr && cudaMalloc(&counter, sizeof(int)) != cudaSuccess) { counter = nullptr; }
+  return counter;
+}
+
 // Dense contiguous q, out: (batch, seqlen_q, heads, hdim); k, v: (batch, seqlen_k, heads, hdim);
 // lse: (batch, heads, seqlen_q). softmax_scale 1/sqrt(hdim); causal = window_right 0.
 inline flash::FwdParams dense_fwd_params(const Options& o, const void* q, const void* k, const void* v, void* out,
@@ -186,6 +195,7 @@ inline flash::FwdParams dense_fwd_params(const Options& o, const void* q, const 
   p.window_right = o.causal ? 0 : -1;
   p.dtype = o.dtype;
   p.family = o.family;
+  p.sm90_tiles.counter = sm90_tile_counter();
   return p;
 }
 

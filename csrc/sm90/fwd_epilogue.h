@@ -1,5 +1,6 @@
 // Epilogue of the sm90 forward, per consumer warpgroup: normalise O, write it as Element into
-// the warpgroup's 64 rows of shared memory (the Q rows it no longer reads), one thread issues the
+// the warpgroup's 64 rows of shared memory (the Q rows it no longer reads, or the persistent
+// kernel's O buffer, fwd_persistent.h), one thread issues the
 // TMA store (TMA clips rows >= seqlen_q), and the quad leaders write the LSE of rows < seqlen_q.
 // kDropout: O is also scaled by rp_dropout = 1 / (1 - p) (folded into 1 / row sum; the LSE is the
 // undropped softmax's).
@@ -24,7 +25,10 @@ struct FwdEpilogue {
 
   // sO: this warpgroup's (64, d) tile in shared memory; gO_tma: TMA coordinates of the same rows
   // in global memory; lse_row: lse of the warpgroup's first row (nullptr-free: lse is required).
-  template <class TensorO, class SO, class GO, class TmaO>
+  // kDeferStoreWait (the persistent kernel with an O buffer of its own, fwd_persistent.h): the
+  // store's read of sO is waited for before the next tile writes sO (here, at the start; the kernel
+  // waits once more before it exits), not right after the store is issued.
+  template <bool kDeferStoreWait = false, class TensorO, class SO, class GO, class TmaO>
   CUTE_DEVICE static void run(TensorO& tOrO, OnlineSoftmax<kRows>& softmax, SO& sO, GO const& gO_tma,
                               TmaO const& tma_o, float* lse_head, int row0, int seqlen_q, int cwg, int tid,
                               float rp_dropout) {
@@ -50,13 +54,18 @@ struct FwdEpilogue {
     auto r2s_thr_o = r2s_o.get_thread_slice(tid);
     Tensor tOrO_r2s = r2s_thr_o.retile_S(rO);                                       // ((8,1),1,d/16)
     Tensor tOsO = r2s_thr_o.partition_D(as_position_independent_swizzle_tensor(sO));  // same, in sO
+    constexpr int kW = Traits::kNConsumerWG;  // epilogue barrier W + cwg (fwd_mainloop.h)
+    const uint32_t epilogue_barrier = kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg);
+    if constexpr (kDeferStoreWait) {  // the last tile's store has read sO before anyone writes it
+      if (tid == 0) { tma_store_wait<0>(); }
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, epilogue_barrier);
+    }
     copy(r2s_o, tOrO_r2s, tOsO);
 
     // The TMA (async proxy) reads what st.shared wrote: fence in every writing thread, then
     // the warpgroup barrier.
     cutlass::arch::fence_view_async_shared();
-    constexpr int kW = Traits::kNConsumerWG;  // epilogue barrier W + cwg (fwd_mainloop.h)
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg));
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, epilogue_barrier);
     if (tid == 0) {
       auto [tOgO, tOsO_tma] = tma_partition(tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO_tma));
       copy(tma_o, tOsO_tma, tOgO);
@@ -74,7 +83,9 @@ struct FwdEpilogue {
         if (row < seqlen_q) { lse_head[row] = lse[r]; }
       }
     }
-    if (tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the store read it
+    if constexpr (!kDeferStoreWait) {
+      if (tid == 0) { tma_store_wait<0>(); }  // shared memory stays valid until the store read it
+    }
   }
 
   // Persistent kernel (fwd_persistent.h): a tile whose rows see no key (causal, seqlen_q >

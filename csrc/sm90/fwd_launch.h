@@ -1,7 +1,11 @@
 // Launch of the sm90 forward (definitions of run_fwd_ for the instantiation TUs, which are
 // compiled for sm_90a alone): TMA descriptors from FwdParams, grid, shared-memory opt-in, launch.
-// One CTA per tile (fwd_kernel.h) unless FwdParams::sm90_persistent_ctas asks for the persistent
-// kernel (fwd_persistent.h), which only builds with FLASH_ATTN_CUDA_SM90_PERSISTENT defined.
+// FwdParams::sm90_persistent_ctas != 0: the persistent kernel (fwd_persistent.h, compiled with
+// FLASH_ATTN_CUDA_SM90_PERSISTENT: the default build); 0: one CTA per tile (fwd_kernel.h, compiled
+// unless FLASH_ATTN_CUDA_SM90_NO_ONE_TILE), or, where that kernel is left out (the default build),
+// the persistent one with one CTA per SM. != 0 without the persistent kernel returns
+// cudaErrorNotSupported (the binding refuses such a knob value first). Causal persistent launches
+// need FwdParams::sm90_tiles.counter (else cudaErrorInvalidValue).
 // Causal is chosen at run time here; both kernels live in the one translation unit. Dropout is a
 // template argument: its variant (kDropout, with the tile table's kBlockNDropout) has units of its own.
 #pragma once
@@ -28,7 +32,7 @@ namespace flash::sm90 {
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
   auto kernel = &fwd_kernel_persistent<Traits, kCausal, kDropout>;
-  constexpr int kSmem = Traits::kSmemBytes;
+  constexpr int kSmem = PersistentSmem<Traits>::kBytes;
   if (kCausal && kp.p.sm90_tiles.counter == nullptr) { return cudaErrorInvalidValue; }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
@@ -51,6 +55,11 @@ cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cud
 
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
+#if defined(FLASH_ATTN_CUDA_SM90_PERSISTENT) && defined(FLASH_ATTN_CUDA_SM90_NO_ONE_TILE)
+  return launch_fwd_persistent<Traits, kCausal, kDropout>(kp, stream);  // 0 CTAs: one per SM
+#elif defined(FLASH_ATTN_CUDA_SM90_NO_ONE_TILE)
+  static_assert(sizeof(Traits) == 0, "an sm90 forward build needs the persistent or the one-tile kernel");
+#else
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
   if (kp.p.sm90_persistent_ctas != 0) { return launch_fwd_persistent<Traits, kCausal, kDropout>(kp, stream); }
 #else
@@ -64,6 +73,7 @@ cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStr
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.nheads, p.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
   return cudaGetLastError();
+#endif
 }
 
 // Any tile (the C++ harness times several); run_fwd_ uses the tile table's. The variant must match

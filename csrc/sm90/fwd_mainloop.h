@@ -44,6 +44,11 @@ using namespace cute;
 // With W = 2 the ids are written as a select on cwg == 0 as before this generalisation: the
 // d = 128 / 256 kernels compile to the same SASS (helper functions here changed their scheduling).
 
+// run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
+struct NoQFree {
+  CUTE_DEVICE void operator()() const {}
+};
+
 template <class Traits, bool kCausal, bool kDropout>
 struct FwdMainloop {
   using Element = typename Traits::Element;
@@ -72,11 +77,16 @@ struct FwdMainloop {
   // the persistent kernel (fwd_persistent.h). kArriveFirstTurn: warpgroup 0 gives itself the first
   // GEMM turn here (one tile per CTA); the persistent kernel does it once before its tile loop
   // instead, and each tile then starts on the turn warpgroup 1 passed at the end of the last one.
-  template <bool kArriveFirstTurn, class SQ, class SK, class SVt, class TensorO>
+  // q_free(): called by every thread once the tile's last S = QK^T has completed (this thread's
+  // wgmma wait returned), i.e. once the warpgroup's Q rows are no longer read: the persistent kernel
+  // with a separate O buffer lets the producer load the next tile's Q under the last softmax, the
+  // last PV GEMM and the epilogue. NoQFree (the one-tile kernel) compiles to nothing.
+  template <bool kArriveFirstTurn, class SQ, class SK, class SVt, class TensorO, class QFree = NoQFree>
   CUTE_DEVICE static void run_blocks(SQ const& sQ, SK const& sK, SVt const& sVt, Pipeline& pipe_k,
                                      Pipeline& pipe_v, PipelineState& st_k, PipelineState& st_v, TensorO& tOrO,
                                      OnlineSoftmax<kRows>& softmax, const DropoutRng& rng, int cwg, int tid,
-                                     int m0, int n_min, int n_max, int seqlen_q, int seqlen_k) {
+                                     int m0, int n_min, int n_max, int seqlen_q, int seqlen_k,
+                                     QFree q_free = {}) {
     typename Traits::MmaQK mma_qk;
     typename Traits::MmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
@@ -122,6 +132,7 @@ struct FwdMainloop {
         warpgroup_fence_operand(tSrS);
         pipe_k.consumer_release(st_k);
         ++st_k;
+        if (n == n_min) { q_free(); }
         mask(n);
         softmax.step(s, corr);
         drop(n);
@@ -155,6 +166,7 @@ struct FwdMainloop {
     warpgroup_fence_operand(tSrS);
     pipe_k.consumer_release(st_k);
     ++st_k;
+    if (n_max - 1 == n_min) { q_free(); }
     mask(n_max - 1);
     softmax.step(s, corr);
     drop(n_max - 1);
@@ -171,6 +183,7 @@ struct FwdMainloop {
       warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(st_k);
       ++st_k;
+      if (n == n_min) { q_free(); }
       mask(n);
       softmax.step(s, corr);
       drop(n);
@@ -192,6 +205,58 @@ struct FwdMainloop {
     // past (without this the state lagged one stage per tile and the second tile of a CTA waited
     // for a V phase the producer could only fill after that tile's own epilogue: the hang of
     // 2026-12-02, benchmarks/NOTES.md issue 11 v5). Dead code for the one-tile kernel.
+    ++st_v;
+  }
+
+  // The blocks of a tile for a warpgroup whose 64 rows all lie at or past seqlen_q (the last query
+  // tile when seqlen_q is not a multiple of kBlockM: d = 64's 192-row tile at seqlen 1k has 64 live
+  // rows and two such warpgroups; persistent kernel only, fwd_persistent.h). It issues no GEMM and no
+  // softmax, and keeps exactly its part of what the other roles count: each K and V stage waited
+  // for (full) and released, in run_blocks' order; each GEMM turn waited for and passed on (the busy
+  // warpgroups' turn cycle is the same, their GEMMs just get the tensor cores to themselves); q_free
+  // where run_blocks calls it. Its O is not computed (no row of it is stored) and it has no LSE row.
+  template <bool kArriveFirstTurn, class QFree = NoQFree>
+  CUTE_DEVICE static void idle_blocks(Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& st_k, PipelineState& st_v,
+                                      int cwg, int m0, int n_min, int n_max, QFree q_free = {}) {
+    if constexpr (!Traits::kOverlap) {
+      for (int n = n_max - 1; n >= n_min; --n) {
+        pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
+        pipe_k.consumer_release(st_k);
+        ++st_k;
+        if (n == n_min) { q_free(); }
+        pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n);
+        pipe_v.consumer_release(st_v);
+        ++st_v;
+      }
+      return;
+    }
+    constexpr int kW = Traits::kNConsumerWG;  // the turn ids of run_blocks
+    const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
+    const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
+    if constexpr (kArriveFirstTurn) {
+      if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }
+    }
+    // First block: K wait, S's turn; then per block K wait, the turn of S and PV (V of the block
+    // before), K release, V release; the last PV takes no turn.
+    pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n_max - 1);
+    cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn);
+    cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn);
+    pipe_k.consumer_release(st_k);
+    ++st_k;
+    if (n_max - 1 == n_min) { q_free(); }
+    for (int n = n_max - 2; n >= n_min; --n) {
+      pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
+      cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn);
+      pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
+      cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn);
+      pipe_k.consumer_release(st_k);
+      ++st_k;
+      if (n == n_min) { q_free(); }
+      pipe_v.consumer_release(st_v);
+      ++st_v;
+    }
+    pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n_min);
+    pipe_v.consumer_release(st_v);
     ++st_v;
   }
 };

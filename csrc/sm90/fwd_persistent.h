@@ -3,10 +3,12 @@
 // persistent_grid(): the next tile's first K block and Q load under the previous tile's epilogue,
 // one prologue (barrier init, setmaxnreg) per CTA instead of per tile.
 //   producer (thread 0): per non-empty tile, K of the first block, then Q of warpgroup c once
-//     q_empty[c] says c's previous O store has read its rows, then V of the first block and the
-//     remaining K/V blocks, through the same two PipelineTmaAsync pipelines as fwd_kernel.h;
-//   consumers: wait q_full[c], FwdMainloop::run_blocks, FwdEpilogue::run (O through the Q rows and
-//     a TMA store), then thread 0 arrives on q_empty[c] after its tma_store_wait.
+//     q_empty[c] says c no longer reads its Q rows (PersistentSmem below), then V of the first
+//     block and the remaining K/V blocks, through the same two PipelineTmaAsync pipelines as
+//     fwd_kernel.h;
+//   consumers: wait q_full[c], FwdMainloop::run_blocks, FwdEpilogue::run (O through shared memory
+//     and a TMA store). q_empty[c]: with an O buffer of its own (d <= 128) every thread of c arrives
+//     after its last S = QK^T wait of the tile; else (d = 256) thread 0 after its tma_store_wait.
 // State that crosses tiles (benchmarks/NOTES.md, "Hopper forward (issue 11)", v4, has the audit):
 //   - K/V pipeline states: one producer state, one consumer state per warpgroup, never reset. Per
 //     non-empty tile every role sees the same kv_block_range, so the producer issues exactly the
@@ -116,11 +118,57 @@ CUTE_DEVICE int consumer_tile(Storage& ss, int j, int t_static) {
   }
 }
 
+// Shared memory of the persistent kernel: the one-tile kernel's (fwd_traits.h SharedStorage, whose
+// offsets stay), plus, where it fits (d = 64: 88 + 24 KB, d = 128: 160 + 32 KB; not d = 256: 224 KB
+// already), an O buffer of (kNConsumerWG x 64, d) of its own. With it a warpgroup frees its Q rows
+// as soon as its last S = QK^T of the tile has completed (q_empty: every consumer thread arrives,
+// FwdMainloop::run_blocks' q_free), so the producer loads the next tile's Q under that tile's last
+// softmax, last PV GEMM and epilogue instead of after the O store; the epilogue waits for the
+// previous store's read of the O buffer before it writes it (FwdEpilogue kDeferStoreWait).
+// Without it (d = 256, or FLASH_ATTN_CUDA_SM90_SEPARATE_O=0 for comparisons) O goes through the Q
+// rows and q_empty is thread 0's arrival after the store has read them.
+#ifndef FLASH_ATTN_CUDA_SM90_SEPARATE_O
+#define FLASH_ATTN_CUDA_SM90_SEPARATE_O 1
+#endif
+template <class Traits>
+struct PersistentSmem {
+  using Base = typename Traits::SharedStorage;
+  static constexpr int kOElems = Traits::kNConsumerWG * cosize_v<typename Traits::SmemLayoutO>;  // (W x 64, d)
+  struct WithO : Base {
+    cute::array_aligned<typename Traits::Element, kOElems, 1024> o;
+  };
+  static constexpr bool kSeparateO = FLASH_ATTN_CUDA_SM90_SEPARATE_O != 0 && sizeof(WithO) <= 232448;
+  using Storage = std::conditional_t<kSeparateO, WithO, Base>;
+  static constexpr int kBytes = int(sizeof(Storage));
+  static_assert(kBytes <= 232448, "exceeds the 227 KB per-block shared memory of sm90");
+  // Arrivals that free a warpgroup's Q rows: all of its threads after their last S wait, or thread 0
+  // after the O store read the rows.
+  static constexpr int kQEmptyArrivals = kSeparateO ? 128 : 1;
+};
+
+// A consumer warpgroup whose rows all lie past seqlen_q runs FwdMainloop::idle_blocks (no GEMM, no
+// softmax, no store) instead of computing rows nobody reads: d = 64's 192-row tile leaves one or two
+// such warpgroups in the last query tile of every sequence whose length is not a multiple of 192 (1k:
+// 64 live rows in the last of 6 tiles; with causal that tile is also the longest). Measured:
+// benchmarks/NOTES.md "Tenth session". FLASH_ATTN_CUDA_SM90_IDLE_WG=0 computes them (comparisons).
+#ifndef FLASH_ATTN_CUDA_SM90_IDLE_WG
+#define FLASH_ATTN_CUDA_SM90_IDLE_WG 1
+#endif
+constexpr bool kIdleWarpgroups = FLASH_ATTN_CUDA_SM90_IDLE_WG != 0;
+
+// FwdMainloop::run_blocks' q_free with kSeparateO: this thread's arrival on its warpgroup's q_empty.
+struct ArriveQEmpty {
+  uint64_t* q_empty;
+  CUTE_DEVICE void operator()() const { cutlass::arch::ClusterBarrier::arrive(q_empty); }
+};
+
 template <class Traits, bool kCausal, bool kDropout>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel_persistent(CUTE_GRID_CONSTANT typename FwdTma<Traits>::Params const kp) {
   using Element = typename Traits::Element;
-  using Storage = typename Traits::SharedStorage;
+  using Smem = PersistentSmem<Traits>;
+  using Storage = typename Smem::Storage;
+  constexpr bool kSeparateO = Smem::kSeparateO;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
   using QFull = cutlass::arch::ClusterTransactionBarrier;
@@ -147,7 +195,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     CUTE_UNROLL
     for (int c = 0; c < kNWG; ++c) {
       QFull::init(&ss.q_full[c], 1);
-      QEmpty::init(&ss.q_empty[c], 1);
+      QEmpty::init(&ss.q_empty[c], Smem::kQEmptyArrivals);
     }
     if constexpr (kCausal) {
       CUTE_UNROLL
@@ -172,8 +220,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutV{});
   Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});  // (d, N, stages)
   constexpr int kQWGElems = cosize_v<typename Traits::SmemLayoutQWG>;
-  auto sQ_wg = [&](int c) {  // (64, d): consumer warpgroup c's Q rows, later its O rows
+  auto sQ_wg = [&](int c) {  // (64, d): consumer warpgroup c's Q rows (and its O rows without kSeparateO)
     return make_tensor(make_smem_ptr(ss.q.data() + c * kQWGElems), typename Traits::SmemLayoutQWG{});
+  };
+  auto sO_wg = [&](int c) {  // (64, d): consumer warpgroup c's O rows
+    if constexpr (kSeparateO) {
+      return make_tensor(make_smem_ptr(ss.o.data() + c * kQWGElems), typename Traits::SmemLayoutO{});
+    } else {
+      return sQ_wg(c);
+    }
   };
 
   if (wg == 0) {
@@ -225,7 +280,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
   Tensor sQ = sQ_wg(cwg);
+  Tensor sO = sO_wg(cwg);
   PipelineState st_k, st_v;  // consumer start: stage 0, phase 0
+  // kSeparateO: every thread frees the warpgroup's Q rows after its last S wait of the tile.
+  const auto free_q = [&ss, cwg]() {
+    if constexpr (kSeparateO) {
+      return ArriveQEmpty{&ss.q_empty[cwg]};
+    } else {
+      return NoQFree{};
+    }
+  }();
   if constexpr (Traits::kOverlap) {
     // The last warpgroup hands warpgroup 0 (turn barrier 0) the first GEMM turn, once per kernel.
     if (cwg == kNWG - 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 0u); }
@@ -251,14 +315,28 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     DropoutRng rng{};  // only the kDropout variant reads it
     if constexpr (kDropout) { rng = dropout_rng(p, batch, head); }
     mbar_wait(&ss.q_full[cwg], uint32_t(loaded) & 1u, WaitSite::kQFull, t, cwg);
+    if (kIdleWarpgroups && row0 >= p.seqlen_q) {  // no row of this warpgroup exists: no GEMM, no store
+      FwdMainloop<Traits, kCausal, kDropout>::template idle_blocks<false>(pipe_k, pipe_v, st_k, st_v, cwg, m0, n_min,
+                                                                         n_max, free_q);
+      if constexpr (!kSeparateO) {
+        if (tid == 0) { QEmpty::arrive(&ss.q_empty[cwg]); }
+      }
+      ++loaded;
+      continue;
+    }
     FwdMainloop<Traits, kCausal, kDropout>::template run_blocks<false>(
         sQ, sK, sVt, pipe_k, pipe_v, st_k, st_v, tOrO, softmax, rng, cwg, tid, m0, n_min, n_max, p.seqlen_q,
-        p.seqlen_k);
+        p.seqlen_k, free_q);
     Tensor gO = local_tile(mO(_, _, head, batch), WGTile{}, make_coord(m_block * kNWG + cwg, _0{}));
-    FwdEpilogue<Traits, kDropout>::run(tOrO, softmax, sQ, gO, kp.tma_o, lse_head, row0, p.seqlen_q, cwg, tid,
-                                       p.rp_dropout);
-    if (tid == 0) { QEmpty::arrive(&ss.q_empty[cwg]); }  // after its tma_store_wait: the rows are free
+    FwdEpilogue<Traits, kDropout>::template run<kSeparateO>(tOrO, softmax, sO, gO, kp.tma_o, lse_head, row0,
+                                                            p.seqlen_q, cwg, tid, p.rp_dropout);
+    if constexpr (!kSeparateO) {
+      if (tid == 0) { QEmpty::arrive(&ss.q_empty[cwg]); }  // after its tma_store_wait: the rows are free
+    }
     ++loaded;
+  }
+  if constexpr (kSeparateO) {
+    if (tid == 0) { tma_store_wait<0>(); }  // the last store has read the O buffer before the CTA exits
   }
 }
 

@@ -26,6 +26,9 @@ struct FwdTile;
 //   192 x 128, 3 WG: not yet measured  <- chosen. Prediction (Python bench, where 2 WG gave 368 / 432 /
 //     451 = 0.88 / 0.95 / 0.97x cuDNN at 1k / 4k / 16k): +5-10 % at >= 2k (~460 / ~480 at 4k / 16k,
 //     >= 1.0x cuDNN); 1k about even (1024 rows = 5.3 tiles of 192: 11 % of the last tiles idle).
+// Persistent kernel (the default since 2026-12-03): the last query tile of a sequence that is not a
+// multiple of 192 rows has one or two warpgroups with no live row; they skip their GEMMs (fwd_persistent.h
+// kIdleWarpgroups): causal 1k 274 -> 299 TFLOP/s (0.83 -> 0.92x cuDNN), results/history/h200_idlewg_*.
 // Dropout: stays 128 x 128 with two warpgroups (measured, tested) until a FEATURES + BACKWARD build
 // runs tests/test_dropout_gpu.py on 192 x 128: that variant compiles here with 0 spills under
 // setmaxnreg 160 (ptxas, nvcc 13.0; registers up to R151), HGMMA present, no trap.
