@@ -169,36 +169,46 @@ void check_fwd_smem(const at::Tensor& q, const flash::FwdParams& p, flash::FwdFa
 // between calls): unset or empty -> the build's kernel (the persistent one with one CTA per SM, -1,
 // where it is compiled: FLASH_ATTN_CUDA_SM90_PERSISTENT=1, the default, or both; else 0); "0" -> 0,
 // one CTA per tile; "sms" -> -1; a positive integer N -> the persistent kernel with at most N CTAs
-// (tests run several tiles per CTA on small shapes). A kernel the build left out (build_config.py),
-// or anything else, is one clear error. Calls that the sm80 family serves ignore it.
-int sm90_persistent_ctas_from_env() {
+// (tests run several tiles per CTA on small shapes). Anything else is one clear error at once. A kernel
+// the build left out (build_config.py) is an error only for a call the sm90 family serves (missing: the
+// message; ctas then -1, a placeholder): calls that the sm80 family serves ignore the knob.
+struct PersistentKnob {
+  int ctas = -1;
+  std::string missing;  // non-empty: the asked-for sm90 forward kernel is not in this build
+};
+
+PersistentKnob sm90_persistent_knob_from_env() {
   const char* raw = std::getenv("FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS");
   std::string value = raw == nullptr ? "" : raw;
   const size_t begin = value.find_first_not_of(" \t"), end = value.find_last_not_of(" \t");
   value = begin == std::string::npos ? "" : value.substr(begin, end - begin + 1);
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
-  if (value.empty()) { return -1; }
+  constexpr bool kPersistentBuilt = true;
 #else
-  if (value.empty()) { return 0; }
+  constexpr bool kPersistentBuilt = false;
 #endif
-  if (value == "0") {
 #ifdef FLASH_ATTN_CUDA_SM90_NO_ONE_TILE
-    TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS=0 asks for the one-CTA-per-tile sm90 "
-                "forward, which this build left out (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=0 or both)");
+  constexpr bool kOneTileBuilt = false;
+#else
+  constexpr bool kOneTileBuilt = true;
 #endif
-    return 0;
+  if (value.empty()) { return {kPersistentBuilt ? -1 : 0, ""}; }
+  if (value == "0") {
+    if (kOneTileBuilt) { return {0, ""}; }
+    return {-1, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS=0 asks for the one-CTA-per-tile sm90 forward, "
+                "which this build left out (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=0 or both)"};
   }
-#ifndef FLASH_ATTN_CUDA_SM90_PERSISTENT
-  TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS is set ('", raw, "') but this build has "
-              "no persistent sm90 forward (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1 or both)");
-#endif
-  if (value == "sms") { return -1; }
-  bool digits = value.size() <= 6;
-  for (char c : value) { digits = digits && std::isdigit(static_cast<unsigned char>(c)); }
-  const int ctas = digits ? std::atoi(value.c_str()) : 0;
-  TORCH_CHECK(ctas > 0, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS must be 'sms', a positive number of "
-              "CTAs, or 0 / unset, got '", raw, "'");
-  return ctas;
+  int ctas = -1;
+  if (value != "sms") {
+    bool digits = value.size() <= 6;
+    for (char c : value) { digits = digits && std::isdigit(static_cast<unsigned char>(c)); }
+    ctas = digits ? std::atoi(value.c_str()) : 0;
+    TORCH_CHECK(ctas > 0, "flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS must be 'sms', a positive number of "
+                "CTAs, or 0 / unset, got '", raw, "'");
+  }
+  if (kPersistentBuilt) { return {ctas, ""}; }
+  return {0, std::string("flash_attn_cuda: FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS is set ('") + raw +
+                 "') but this build has no persistent sm90 forward (build with FLASH_ATTN_CUDA_SM90_PERSISTENT=1 or both)"};
 }
 
 // FLASH_ATTN_CUDA_FAMILY, read on every forward call (tests and benchmarks switch it between calls):
@@ -453,14 +463,16 @@ void set_backward_rng(flash::FwdParams& p, const std::optional<at::Tensor>& rng_
 void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily family, const char* what) {
   p.family = family;
   p.smem_budget_kb = smem_budget_from_env();
-  p.sm90_persistent_ctas = sm90_persistent_ctas_from_env();
+  const PersistentKnob knob = sm90_persistent_knob_from_env();
+  p.sm90_persistent_ctas = knob.ctas;
   const flash::FwdFamily will_run = flash::fwd_family(p);
+  TORCH_CHECK(knob.missing.empty() || will_run != flash::FwdFamily::kSm90, knob.missing);
   check_fwd_smem(q, p, will_run);
-  // The persistent sm90 forward's causal tile counter: one int per call (stream-ordered caching
-  // allocator, zeroed by the launch on the stream: graph capture records the memset), kept alive
-  // until the launch is queued.
+  // The persistent sm90 forward's causal tile counter: one int per causal sm90 call (stream-ordered
+  // caching allocator, zeroed by the launch on the stream: graph capture records the memset), kept
+  // alive until the launch is queued. (The one-tile kernel ignores it.)
   at::Tensor tile_counter;
-  if (p.sm90_persistent_ctas != 0 && will_run == flash::FwdFamily::kSm90 && p.window_left < 0 && p.window_right == 0) {
+  if (will_run == flash::FwdFamily::kSm90 && p.window_left < 0 && p.window_right == 0) {
     tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.sm90_tiles.counter = tile_counter.data_ptr<int>();
   }

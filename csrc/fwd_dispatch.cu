@@ -144,9 +144,24 @@ std::vector<int> sm90_head_dims() {
   return dims;
 }
 
+// A causal call on the persistent sm90 forward reads FwdParams::sm90_tiles.counter (csrc/sm90/fwd_launch.h).
+// The binding always passes one; a C++ caller that leaves it null gets the sm80 kernels instead of an
+// error (the persistent kernel runs when the one-tile kernel is left out, the default build, or when
+// sm90_persistent_ctas asks for it).
+static bool sm90_tile_counter_ready(const FwdParams& p) {
+  const bool causal = p.window_left < 0 && p.window_right == 0;
+#ifdef FLASH_ATTN_CUDA_SM90_NO_ONE_TILE
+  const bool persistent = true;
+#else
+  const bool persistent = p.sm90_persistent_ctas != 0;
+#endif
+  return !(causal && persistent) || p.sm90_tiles.counter != nullptr;
+}
+
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran) {
   if (!params_supported(params)) { return cudaErrorInvalidValue; }
-  const FwdFamily family = fwd_family(params);
+  FwdFamily family = fwd_family(params);
+  if (family == FwdFamily::kSm90 && !sm90_tile_counter_ready(params)) { family = FwdFamily::kSm80; }
   if (ran != nullptr) { *ran = family; }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \

@@ -58,6 +58,7 @@ struct FwdEpilogue {
     const uint32_t epilogue_barrier = kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg);
     if constexpr (kDeferStoreWait) {  // the last tile's store has read sO before anyone writes it
       if (tid == 0) { tma_store_wait<0>(); }
+      __syncwarp();  // warp 0 converged again before the aligned barrier
       cutlass::arch::NamedBarrier::arrive_and_wait(128, epilogue_barrier);
     }
     copy(r2s_o, tOrO_r2s, tOsO);

@@ -3,8 +3,9 @@
 //   warpgroup 0 (producer, kProducerRegs): thread 0 loads Q (one 64-row TMA box per consumer on one
 //     mbarrier) and every K and V block through two PipelineTmaAsync pipelines of Traits::kStages stages;
 //   warpgroups 1 .. kNConsumerWG (consumers, kConsumerRegs): fwd_mainloop.h, then fwd_epilogue.h.
-// The K/V stages' empty barriers count one arrival per consumer warpgroup (PipelineTmaAsync with
-// num_consumers = kNConsumerThreads: ceil(num_consumers / 128) arrivals, one signalling thread each).
+// The K/V stages' empty barriers count one arrival per consumer thread (PipelineTmaAsync with
+// num_consumers = kNConsumerThreads and a cluster of one CTA: CUTLASS 4.2 sets the arrival count to
+// num_consumers then; per-warpgroup signalling threads are for clusters).
 // Q's mbarrier: one arrival (thread 0) + kBlockM * d * 2 bytes; TMA counts a box's full bytes also
 // where it lies past seqlen_q (zero fill), so the tail tiles complete like the full ones.
 // Blocks that no query row of the tile sees are never loaded: causal tiles stop at the diagonal.

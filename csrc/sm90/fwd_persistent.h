@@ -33,7 +33,8 @@
 //     the per-tile protocol above holds unchanged. tools/sm90_persistent_model.py (dynamic=True) runs
 //     it on several CTAs sharing one counter: every tile exactly once, no deadlock. The non-causal
 //     loops are the static ones (the helpers below reduce to t = blockIdx.x; t += gridDim.x).
-// Only built with FLASH_ATTN_CUDA_SM90_PERSISTENT (fwd_launch.h); the default launch is fwd_kernel.h.
+// Built with FLASH_ATTN_CUDA_SM90_PERSISTENT (fwd_launch.h), the default build's sm90 forward; the
+// one-tile kernel (fwd_kernel.h) only with FLASH_ATTN_CUDA_SM90_PERSISTENT=0 or both.
 // Every mbarrier wait goes through watchdog.h (a trap with the wait's site in FLASH_ATTN_SM90_WATCHDOG
 // debug builds; the plain wait otherwise).
 #pragma once
@@ -319,6 +320,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       FwdMainloop<Traits, kCausal, kDropout>::template idle_blocks<false>(pipe_k, pipe_v, st_k, st_v, cwg, m0, n_min,
                                                                          n_max, free_q);
       if constexpr (!kSeparateO) {
+        // One arrival frees the rows: every warp of the warpgroup must have passed its q_full wait
+        // first (the busy path has the epilogue's barriers; without kOverlap nothing else orders it).
+        cutlass::arch::NamedBarrier::arrive_and_wait(128, kNWG == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kNWG + cwg));
         if (tid == 0) { QEmpty::arrive(&ss.q_empty[cwg]); }
       }
       ++loaded;

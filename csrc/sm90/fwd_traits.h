@@ -87,9 +87,10 @@ struct FwdTraits {
     typename Pipeline::SharedStorage pipe_v;
     alignas(8) uint64_t barrier_q;
     // Persistent kernel only (fwd_persistent.h), per consumer warpgroup: its Q rows of the tile
-    // landed (TMA transaction barrier) / its O store has read those rows out, so the next tile's
-    // Q may come (arrived by the warpgroup's thread 0). After barrier_q: the one-tile kernel's
-    // shared-memory offsets are unchanged.
+    // landed (TMA transaction barrier) / it no longer reads them, so the next tile's Q may come
+    // (PersistentSmem::kQEmptyArrivals: all its threads after the last S GEMM with an O buffer of
+    // its own, else its thread 0 after the O store read the rows). After barrier_q: the one-tile
+    // kernel's shared-memory offsets are unchanged.
     alignas(8) uint64_t q_full[kNConsumerWG];
     alignas(8) uint64_t q_empty[kNConsumerWG];
     // Persistent causal kernel only (fwd_persistent.h, the dynamic tile order of fwd_scheduler.h):
