@@ -64,7 +64,7 @@ BWD_SRCS = csrc/bwd_dispatch.cu $(wildcard csrc/instantiations/bwd_*.cu) $(SM90_
 SM90_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(SM90_SRCS))
 FWD_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(FWD_SRCS))
 BWD_OBJS = $(patsubst csrc/%.cu,$(BUILD)/%.o,$(BWD_SRCS))
-BENCH_DEPS = benchmarks/cpp/bench_common.h csrc/flash_api.h csrc/params.h
+BENCH_DEPS = benchmarks/cpp/bench_common.h benchmarks/cpp/sm90_tile_counter.h csrc/flash_api.h csrc/params.h
 KERNEL_HEADERS = $(wildcard csrc/*.h csrc/sm90/*.h)
 
 # make compares file times only, so a change of build flags (FLASH_ATTN_CUDA_*, CUTLASS_DIR, NVCC)

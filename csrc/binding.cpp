@@ -472,7 +472,7 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
   // caching allocator, zeroed by the launch on the stream: graph capture records the memset), kept
   // alive until the launch is queued. (The one-tile kernel ignores it.)
   at::Tensor tile_counter;
-  if (will_run == flash::FwdFamily::kSm90 && p.window_left < 0 && p.window_right == 0) {
+  if (will_run == flash::FwdFamily::kSm90 && flash::is_causal(p)) {
     tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.sm90_tiles.counter = tile_counter.data_ptr<int>();
   }

@@ -149,13 +149,12 @@ std::vector<int> sm90_head_dims() {
 // error (the persistent kernel runs when the one-tile kernel is left out, the default build, or when
 // sm90_persistent_ctas asks for it).
 static bool sm90_tile_counter_ready(const FwdParams& p) {
-  const bool causal = p.window_left < 0 && p.window_right == 0;
-#ifdef FLASH_ATTN_CUDA_SM90_NO_ONE_TILE
+  #ifdef FLASH_ATTN_CUDA_SM90_NO_ONE_TILE
   const bool persistent = true;
 #else
   const bool persistent = p.sm90_persistent_ctas != 0;
 #endif
-  return !(causal && persistent) || p.sm90_tiles.counter != nullptr;
+  return !(is_causal(p) && persistent) || p.sm90_tiles.counter != nullptr;
 }
 
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran) {

@@ -193,15 +193,15 @@ def parse_bool(name: str, value: str | None, default: bool) -> bool:
 
 def parse_sm90_persistent(value: str | None) -> tuple[bool, bool]:
     """FLASH_ATTN_CUDA_SM90_PERSISTENT -> (persistent kernel built, one-tile kernel built): unset or 1 ->
-    the persistent one (H200, bf16, same run as cuDNN: 0-16 % faster than the one-tile kernel at 1k-16k
-    except causal 16k, -1 to -2 %; benchmarks/NOTES.md, "Tenth session"), 0 -> the one-tile one, both."""
-    v = (value or "").strip().lower()
-    if v == "both":
+    the persistent one (measured against the one-tile kernel: benchmarks/NOTES.md, "Tenth session"),
+    0 -> the one-tile one, both -> the two."""
+    if value is not None and value.strip().lower() == "both":
         return True, True
-    if v not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
+    try:
+        persistent = parse_bool("FLASH_ATTN_CUDA_SM90_PERSISTENT", value, True)
+    except ValueError:
         raise ValueError(f"FLASH_ATTN_CUDA_SM90_PERSISTENT: expected 1 (persistent), 0 (one CTA per tile) or both, "
-                         f"got {value!r}")
-    persistent = parse_bool("FLASH_ATTN_CUDA_SM90_PERSISTENT", value, True)
+                         f"got {value!r}") from None
     return persistent, not persistent
 
 
@@ -216,6 +216,7 @@ def parse_smem_tiles(value: str | None, archs: Sequence[int]) -> bool:
 def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int]]] | None = None) -> BuildConfig:
     """The build's flags; probe lists the visible GPUs' compute capabilities (resolve_archs)."""
     archs, sm90a, _ = resolve_archs(env, probe)
+    sm90_persistent, sm90_one_tile = parse_sm90_persistent(env.get("FLASH_ATTN_CUDA_SM90_PERSISTENT"))
     return BuildConfig(
         archs=archs,
         sm90a=sm90a,
@@ -225,8 +226,8 @@ def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int
         features=parse_bool("FLASH_ATTN_CUDA_FEATURES", env.get("FLASH_ATTN_CUDA_FEATURES"), True),
         kvcache=parse_bool("FLASH_ATTN_CUDA_KVCACHE", env.get("FLASH_ATTN_CUDA_KVCACHE"), True),
         smem_tiles=parse_smem_tiles(env.get("FLASH_ATTN_CUDA_SMEM_TILES"), archs),
-        **dict(zip(("sm90_persistent", "sm90_one_tile"),
-                   parse_sm90_persistent(env.get("FLASH_ATTN_CUDA_SM90_PERSISTENT")))),
+        sm90_persistent=sm90_persistent,
+        sm90_one_tile=sm90_one_tile,
     )
 
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "params.h"
+#include "sm90_tile_counter.h"
 
 #define CUDA_CHECK(expr)                                                                     \
   do {                                                                                       \
@@ -165,15 +166,6 @@ inline void require_gpu(const char* prog) {
 }
 
 // ---------------------------------------------------------------- PARAMETERS
-
-// The persistent sm90 forward's causal tile counter (FwdParams::sm90_tiles.counter): one int of device
-// memory for the process (the benchmarks run one forward at a time on one stream); nullptr if the
-// allocation failed (a causal sm90 launch then reports cudaErrorInvalidValue).
-inline int* sm90_tile_counter() {
-  static int* counter = nullptr;
-  if (counter == nullptr && cudaMalloc(&counter, sizeof(int)) != cudaSuccess) { counter = nullptr; }
-  return counter;
-}
 
 // Dense contiguous q, out: (batch, seqlen_q, heads, hdim); k, v: (batch, seqlen_k, heads, hdim);
 // lse: (batch, heads, seqlen_q). softmax_scale 1/sqrt(hdim); causal = window_right 0.

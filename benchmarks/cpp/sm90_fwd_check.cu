@@ -36,6 +36,7 @@
 #include <iterator>
 
 #include "params.h"
+#include "sm90_tile_counter.h"
 
 #ifndef SM90_CHECK_PART
 #define SM90_CHECK_PART 0
@@ -48,13 +49,6 @@ using LaunchFn = cudaError_t (*)(const flash::FwdParams&, cudaStream_t);
   cudaError_t check_sm80_##TN##_##D(const flash::FwdParams& p, cudaStream_t s) { return flash::run_fwd_<T, D>(p, s); }
 #define SM90_LAUNCHER(T, TN, D) \
   cudaError_t check_sm90_##TN##_##D(const flash::FwdParams& p, cudaStream_t s) { return flash::sm90::run_fwd_<T, D>(p, s); }
-// The causal persistent kernel's tile counter: one int for the whole run (one stream, launches in
-// order; the launch zeroes it), nullptr when cudaMalloc fails (the launch then reports the error).
-inline int* harness_tile_counter() {
-  static int* counter = nullptr;
-  if (counter == nullptr && cudaMalloc(&counter, sizeof(int)) != cudaSuccess) { counter = nullptr; }
-  return counter;
-}
 // The persistent kernel of the tile table's tile, CTAS CTAs (-1: one per SM). Only launch_fwd_persistent
 // is instantiated here (with FLASH_ATTN_CUDA_SM90_PERSISTENT), never run_fwd_ / launch_fwd, whose
 // bodies differ with the macro: no two definitions of one symbol across the parts.
@@ -64,10 +58,10 @@ inline int* harness_tile_counter() {
     using Traits = __VA_ARGS__;                                                                      \
     flash::FwdParams q = p;                                                                          \
     q.sm90_persistent_ctas = CTAS;                                                                   \
-    q.sm90_tiles.counter = harness_tile_counter();                                                   \
+    q.sm90_tiles.counter = bench::sm90_tile_counter();                                               \
     const auto kp = flash::sm90::FwdTma<Traits>::make_params(q);                                     \
-    return q.window_left < 0 && q.window_right == 0 ? flash::sm90::launch_fwd_persistent<Traits, true, false>(kp, s) \
-                                                    : flash::sm90::launch_fwd_persistent<Traits, false, false>(kp, s); \
+    return flash::is_causal(q) ? flash::sm90::launch_fwd_persistent<Traits, true, false>(kp, s)      \
+                               : flash::sm90::launch_fwd_persistent<Traits, false, false>(kp, s);    \
   }
 #define SM90_TILE(NAME, D, N, STAGES, OVERLAP)                                  \
   cudaError_t check_sm90_bf16_##NAME(const flash::FwdParams& p, cudaStream_t s) { \

@@ -31,7 +31,7 @@ template <class Traits, bool kDropout>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = BwdTma<Traits>::make_params(params);
-  const bool causal = params.window_left < 0 && params.window_right == 0;
+  const bool causal = is_causal(params);
   if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
     if constexpr (Traits::kDQByTma) {
       if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }

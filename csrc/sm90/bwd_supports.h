@@ -20,7 +20,7 @@ bool bwd_supports(const BwdParams& p) {
   // semaphores), with the semaphores given; d = 256's role-split tile adds by atomics: sm80.
   if (needs_mods_besides_dropout(p) || p.cu_seqlens_q != nullptr) { return false; }
   if (p.deterministic && (p.headdim == 256 || p.dq_semaphore_ptr == nullptr)) { return false; }
-  const bool causal = p.window_left < 0 && p.window_right == 0;
+  const bool causal = is_causal(p);
   const bool full = p.window_left < 0 && p.window_right < 0;
   if (!causal && !full) { return false; }
   if (p.seqlen_q < 1 || p.seqlen_k < 1 || p.nheads_k < 1 || p.nheads % p.nheads_k != 0) { return false; }

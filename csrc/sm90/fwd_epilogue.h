@@ -54,19 +54,18 @@ struct FwdEpilogue {
     auto r2s_thr_o = r2s_o.get_thread_slice(tid);
     Tensor tOrO_r2s = r2s_thr_o.retile_S(rO);                                       // ((8,1),1,d/16)
     Tensor tOsO = r2s_thr_o.partition_D(as_position_independent_swizzle_tensor(sO));  // same, in sO
-    constexpr int kW = Traits::kNConsumerWG;  // epilogue barrier W + cwg (fwd_mainloop.h)
-    const uint32_t epilogue_barrier = kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg);
+    const uint32_t barrier = epilogue_barrier<Traits::kNConsumerWG>(cwg);
     if constexpr (kDeferStoreWait) {  // the last tile's store has read sO before anyone writes it
       if (tid == 0) { tma_store_wait<0>(); }
       __syncwarp();  // warp 0 converged again before the aligned barrier
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, epilogue_barrier);
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, barrier);
     }
     copy(r2s_o, tOrO_r2s, tOsO);
 
     // The TMA (async proxy) reads what st.shared wrote: fence in every writing thread, then
     // the warpgroup barrier.
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, epilogue_barrier);
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, barrier);
     if (tid == 0) {
       auto [tOgO, tOsO_tma] = tma_partition(tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO_tma));
       copy(tma_o, tOsO_tma, tOgO);

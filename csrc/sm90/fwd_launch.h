@@ -83,7 +83,7 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = FwdTma<Traits>::make_params(params);
-  const bool causal = params.window_left < 0 && params.window_right == 0;
+  const bool causal = is_causal(params);
   return causal ? launch_fwd_kernel<Traits, true, kDropout>(kp, stream)
                 : launch_fwd_kernel<Traits, false, kDropout>(kp, stream);
 }

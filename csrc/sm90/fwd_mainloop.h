@@ -44,6 +44,20 @@ using namespace cute;
 // With W = 2 the ids are written as a select on cwg == 0 as before this generalisation: the
 // d = 128 / 256 kernels compile to the same SASS (helper functions here changed their scheduling).
 
+// Those ids, for consumer warpgroup cwg of kW: its turn barrier, the next warpgroup's, its epilogue barrier.
+template <int kW>
+CUTE_DEVICE uint32_t turn_barrier(int cwg) {
+  return kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
+}
+template <int kW>
+CUTE_DEVICE uint32_t next_turn_barrier(int cwg) {
+  return kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
+}
+template <int kW>
+CUTE_DEVICE uint32_t epilogue_barrier(int cwg) {
+  return kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg);
+}
+
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
   CUTE_DEVICE void operator()() const {}
@@ -149,6 +163,8 @@ struct FwdMainloop {
     }
 
     constexpr int kW = Traits::kNConsumerWG;
+    // turn_barrier / next_turn_barrier spelled out: through the helpers the one-tile kernel's SASS
+    // (d = 128 / 256) moves its registers around (nvcc 13.0); same values.
     const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
     const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
     auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
@@ -230,9 +246,9 @@ struct FwdMainloop {
       }
       return;
     }
-    constexpr int kW = Traits::kNConsumerWG;  // the turn ids of run_blocks
-    const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
-    const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
+    constexpr int kW = Traits::kNConsumerWG;
+    const uint32_t my_turn = turn_barrier<kW>(cwg);
+    const uint32_t next_turn = next_turn_barrier<kW>(cwg);
     if constexpr (kArriveFirstTurn) {
       if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }
     }

@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       if constexpr (!kSeparateO) {
         // One arrival frees the rows: every warp of the warpgroup must have passed its q_full wait
         // first (the busy path has the epilogue's barriers; without kOverlap nothing else orders it).
-        cutlass::arch::NamedBarrier::arrive_and_wait(128, kNWG == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kNWG + cwg));
+        cutlass::arch::NamedBarrier::arrive_and_wait(128, epilogue_barrier<kNWG>(cwg));
         if (tid == 0) { QEmpty::arrive(&ss.q_empty[cwg]); }
       }
       ++loaded;

@@ -15,7 +15,7 @@ bool fwd_supports(const FwdParams& p) {
   if (p.headdim != p.headdim_rounded || (p.headdim != 64 && p.headdim != 128 && p.headdim != 256)) { return false; }
   if (needs_mods_besides_dropout(p)) { return false; }  // softcap, ALiBi, left window, varlen
   // Dropout: the kDropout variant (fwd_kernel.h); the dispatch also checks the build compiled it.
-  const bool causal = p.window_left < 0 && p.window_right == 0;
+  const bool causal = is_causal(p);
   const bool full = p.window_left < 0 && p.window_right < 0;
   if (!causal && !full) { return false; }
   if (p.seqlen_q < 1 || p.seqlen_k < 1 || p.nheads_k < 1 || p.nheads % p.nheads_k != 0) { return false; }

@@ -1,0 +1,17 @@
+// The persistent sm90 forward's causal tile counter (FwdParams::sm90_tiles.counter) for the C++
+// benchmarks and the sm90 harness: one int of device memory for the process (they run one forward at a
+// time on one stream; the launch zeroes it), nullptr if cudaMalloc failed (a causal persistent launch
+// then reports cudaErrorInvalidValue).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace bench {
+
+inline int* sm90_tile_counter() {
+  static int* counter = nullptr;
+  if (counter == nullptr && cudaMalloc(&counter, sizeof(int)) != cudaSuccess) { counter = nullptr; }
+  return counter;
+}
+
+}  // namespace bench
