@@ -468,11 +468,12 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
   const flash::FwdFamily will_run = flash::fwd_family(p);
   TORCH_CHECK(knob.missing.empty() || will_run != flash::FwdFamily::kSm90, knob.missing);
   check_fwd_smem(q, p, will_run);
-  // The persistent sm90 forward's causal tile counter: one int per causal sm90 call (stream-ordered
-  // caching allocator, zeroed by the launch on the stream: graph capture records the memset), kept
-  // alive until the launch is queued. (The one-tile kernel ignores it.)
+  // The persistent sm90 forward's tile counter: one int per sm90 call (stream-ordered caching
+  // allocator, zeroed by the launch on the stream when the kernel draws tiles from it: causal, and
+  // d = 64 with a short last query tile; graph capture records the memset), kept alive until the
+  // launch is queued. (The one-tile kernel ignores it.)
   at::Tensor tile_counter;
-  if (will_run == flash::FwdFamily::kSm90 && flash::is_causal(p)) {
+  if (will_run == flash::FwdFamily::kSm90) {
     tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.sm90_tiles.counter = tile_counter.data_ptr<int>();
   }

@@ -15,9 +15,9 @@ namespace flash {
 bool params_supported(const FwdParams& params);
 
 // Runs the forward pass on `stream`, on the family fwd_family(params) picks for the current device;
-// a causal call the persistent sm90 kernel would run (the default build's) needs
-// params.sm90_tiles.counter (one int of device memory, not shared by concurrent launches), else the
-// sm80 kernels run it.
+// a call the persistent sm90 kernel (the default build's) would run with tiles drawn from a counter
+// (causal, and d = 64: sm90::fwd_draws_tiles) needs params.sm90_tiles.counter (one int of device
+// memory, not shared by concurrent launches), else the sm80 kernels run it.
 // params.headdim_rounded must be one of compiled_head_dims() and params.dtype one of
 // compiled_dtypes(); otherwise returns cudaErrorInvalidValue and launches nothing. Returns the
 // launch's error status; `ran` (if given) receives the family that ran (kSm80 or kSm90).

@@ -55,10 +55,11 @@ constexpr bool kSm90BwdHdim256DropoutByDefault = true;
 //   lse: (batch, nheads, seqlen_q) float32, contiguous
 //
 // Which option combinations the kernels implement: params_supported (fwd_dispatch.cu).
-// The persistent sm90 forward's causal tile order (csrc/sm90/fwd_scheduler.h). counter: one int of
-// device memory from the caller, which the launch zeroes on the stream (cudaMemsetAsync) before the
-// kernel; a launch must not share it with another running at the same time; nullptr there: the launch
-// fails with cudaErrorInvalidValue. The rest is set by the launch (the kernel reads it from the
+// The persistent sm90 forward's tile order (csrc/sm90/fwd_scheduler.h). counter: one int of device
+// memory from the caller, which the launch zeroes on the stream (cudaMemsetAsync) before a kernel that
+// draws tiles from it (causal, and d = 64's tile: sm90::fwd_draws_tiles); a launch must not share it
+// with another running at the same time; nullptr there: such a launch fails with cudaErrorInvalidValue
+// (the dispatch sends the call to the sm80 kernels first). The rest is set by the launch (the kernel reads it from the
 // constant bank: its producer thread has 24 registers).
 struct Sm90TileOrder {
   int* counter = nullptr;

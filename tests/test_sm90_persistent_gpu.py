@@ -125,10 +125,12 @@ def test_persistent_causal_l2_sections_with_a_short_last_one():
         assert_same(lse, lse0, f"lse, {ctas} CTAs")
 
 
-def test_persistent_causal_in_a_cuda_graph():
-    """The causal tile counter is zeroed on the stream by every launch: a captured graph replays
-    correctly (a counter left at its last value would skip every tile of the second replay)."""
-    hdim, dtype = HDIMS[0], DTYPES[0]
+@pytest.mark.parametrize("causal", [True, False])
+def test_persistent_drawn_tiles_in_a_cuda_graph(causal):
+    """The tile counter (causal, and d = 64 non-causal: fwd_persistent.h kDynamicNonCausal) is zeroed on
+    the stream by every launch: a captured graph replays correctly (a counter left at its last value
+    would skip every tile of the second replay). Non-causal runs d = 64 where the build has it."""
+    hdim, dtype = (64 if not causal and 64 in HDIMS else HDIMS[0]), DTYPES[0]
     torch.manual_seed(17)
     q, k, v = (torch.randn(2, 1000, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
     os.environ[KNOB] = "sms"
@@ -136,11 +138,11 @@ def test_persistent_causal_in_a_cuda_graph():
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            attention(q, k, v, causal=True)  # warm-up outside the capture
+            attention(q, k, v, causal=causal)  # warm-up outside the capture
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = attention(q, k, v, causal=True)
+            out = attention(q, k, v, causal=causal)
     finally:
         os.environ.pop(KNOB, None)
     assert flash_attn_cuda._ops.last_fwd_family() == "sm90", flash_attn_cuda._ops.last_fwd_family()
@@ -150,7 +152,7 @@ def test_persistent_causal_in_a_cuda_graph():
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        out0, _ = run(q, k, v, True)
+        out0, _ = run(q, k, v, causal)
         assert_same(out, out0, f"out, replay {replay}")
 
 

@@ -130,7 +130,7 @@ def test_producer_stopping_without_the_out_of_range_index_hangs():
 
 
 def test_kernel_publishes_before_it_stops():
-    """fwd_persistent.h's causal loops as the model runs them: the producer's loop condition publishes
+    """fwd_persistent.h's dynamic loops (causal, and d = 64 non-causal with a short last tile) as the model runs them: the producer's loop condition publishes
     the index before the range test (the consumers stop on the published out-of-range index), its
     increment draws the next index from the counter (after the tile's loads, also after an empty
     tile's `continue`); the consumers take their first and every next index from the ring."""
@@ -142,8 +142,10 @@ def test_kernel_publishes_before_it_stops():
     nxt = src[src.index("CUTE_DEVICE int producer_next_tile"):]
     assert nxt.index("return atomicAdd(p.sm90_tiles.counter, 1);") < nxt.index("return t + int(gridDim.x);")
     flat = " ".join(src.split())
-    assert ("for (int t = producer_first_tile<kCausal>(p); producer_has_tile<kCausal>(ss, t, sched.tiles(p)); "
-            "t = producer_next_tile<kCausal>(p, t)) {") in flat
-    assert ("for (int j = 0, t = consumer_tile<kCausal>(ss, 0, blockIdx.x); t < sched.tiles(p); "
-            "++j, t = consumer_tile<kCausal>(ss, j, t + int(gridDim.x))) {") in flat
+    assert ("for (int t = producer_first_tile<kDynamic>(p); producer_has_tile<kDynamic>(ss, t, sched.tiles(p)); "
+            "t = producer_next_tile<kDynamic>(p, t)) {") in flat
+    assert ("for (int j = 0, t = consumer_tile<kDynamic>(ss, 0, blockIdx.x); t < sched.tiles(p); "
+            "++j, t = consumer_tile<kDynamic>(ss, j, t + int(gridDim.x))) {") in flat
+    # One constant for both roles: causal, and d = 64's tile (kDynamicNonCausal).
+    assert "constexpr bool kDynamic = kDrawsTiles<Traits, kCausal>;" in flat
     assert "return receive_tile(ss, j);" in src

@@ -3,7 +3,7 @@
 decoded for every tile of random shapes (causal with seqlen_q != seqlen_k, GQA, a last L2 section
 with fewer pairs): the causal order must be a bijection onto (m_block, head, batch), longest first
 inside each section, with a section's K/V within the L2 budget, and equal the model's mirror; the
-non-causal order stays index order. The model: the dynamic order's predicted makespan near the
+non-causal order stays index order (also where the kernel draws its tiles from the counter: d = 64). The model: the dynamic order's predicted makespan near the
 lower bound and above the index order and the one-tile kernel at every benchmark shape."""
 import os
 import pathlib
@@ -30,12 +30,19 @@ template <int kBlockM, bool kCausal>
 void dump(FwdParams p, int kv_row_bytes) {
   sm90::FwdScheduler<kBlockM, kCausal>::fill_tile_order(p.sm90_tiles, p, kv_row_bytes);
   const sm90::FwdScheduler<kBlockM, kCausal> s(p);
-  if (s.tiles(p) != s.num_tiles) { return; }  // the caller sees a missing shape
+  // Non-causal, also the order of the kernels that draw their tiles (kOrderInParams: d = 64), after it.
+  const sm90::FwdScheduler<kBlockM, kCausal, true> s_params(p);
+  if (s.tiles(p) != s.num_tiles || s_params.tiles(p) != s.num_tiles) { return; }  // the caller sees a missing shape
   std::printf("shape %d %d\n", s.tiles(p), p.sm90_tiles.section);
   for (int t = 0; t < s.tiles(p); ++t) {
     int m, h, b;
     s.decode(t, m, h, b, p);
-    std::printf("%d %d %d\n", m, h, b);
+    std::printf("%d %d %d", m, h, b);
+    if (!kCausal) {
+      s_params.decode(t, m, h, b, p);
+      std::printf(" %d %d %d", m, h, b);
+    }
+    std::printf("\n");
   }
 }
 int main() {
@@ -129,7 +136,19 @@ def test_noncausal_order_is_index_order(decoded):
         if causal:
             continue
         num_m = -(-sq // TILES[d][0])
-        assert tiles == [(m, h, b) for b in range(batch) for h in range(nheads) for m in range(num_m)]
+        assert [t[:3] for t in tiles] == [(m, h, b) for b in range(batch) for h in range(nheads) for m in range(num_m)]
+        seen += 1
+    assert seen > 0
+
+
+def test_drawn_noncausal_order_is_index_order(decoded):
+    """The kernels that draw their non-causal tiles from the counter (d = 64) read the sizes from
+    FwdParams::sm90_tiles: the same index order."""
+    seen = 0
+    for (d, causal, *_), (_, _, tiles) in decoded:
+        if causal:
+            continue
+        assert [t[3:] for t in tiles] == [t[:3] for t in tiles], d
         seen += 1
     assert seen > 0
 

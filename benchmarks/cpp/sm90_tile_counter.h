@@ -1,7 +1,7 @@
-// The persistent sm90 forward's causal tile counter (FwdParams::sm90_tiles.counter) for the C++
+// The persistent sm90 forward's tile counter (FwdParams::sm90_tiles.counter; causal, d = 64) for the C++
 // benchmarks and the sm90 harness: one int of device memory for the process (they run one forward at a
-// time on one stream; the launch zeroes it), nullptr if cudaMalloc failed (a causal persistent launch
-// then reports cudaErrorInvalidValue).
+// time on one stream; the launch zeroes it), nullptr if cudaMalloc failed (run_fwd then runs those
+// calls on the sm80 kernels; the harness's direct launches report cudaErrorInvalidValue).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -22,4 +22,10 @@ cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);
 // exactly one host translation unit includes (fwd_dispatch.cu).
 bool fwd_supports(const FwdParams& params);
 
+// Whether the persistent kernel serving a call draws its tiles from FwdParams::sm90_tiles.counter
+// (fwd_persistent.h kDrawsTiles): causal calls, and d = 64's three-warpgroup tile (its dropout variant
+// has two). A caller without a counter gets the sm80 kernels for these (fwd_dispatch.cu); fwd_launch.h
+// checks this against the tile table at compile time.
+constexpr bool fwd_draws_tiles(int headdim, bool causal, bool dropout) { return causal || (headdim == 64 && !dropout); }
+
 }  // namespace flash::sm90

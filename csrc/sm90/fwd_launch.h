@@ -4,8 +4,8 @@
 // FLASH_ATTN_CUDA_SM90_PERSISTENT: the default build); 0: one CTA per tile (fwd_kernel.h, compiled
 // unless FLASH_ATTN_CUDA_SM90_NO_ONE_TILE), or, where that kernel is left out (the default build),
 // the persistent one with one CTA per SM. != 0 without the persistent kernel returns
-// cudaErrorNotSupported (the binding refuses such a knob value first). Causal persistent launches
-// need FwdParams::sm90_tiles.counter (else cudaErrorInvalidValue).
+// cudaErrorNotSupported (the binding refuses such a knob value first). Persistent launches that draw
+// their tiles from FwdParams::sm90_tiles.counter need it (else cudaErrorInvalidValue): causal, d = 64.
 // Causal is chosen at run time here; both kernels live in the one translation unit. Dropout is a
 // template argument: its variant (kDropout, with the tile table's kBlockNDropout) has units of its own.
 #pragma once
@@ -27,24 +27,26 @@ namespace flash::sm90 {
 
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
 // The persistent kernel: persistent_grid() CTAs (FwdParams::sm90_persistent_ctas) loop over the tiles.
-// Causal: the tile counter (FwdParams::sm90_tiles.counter) is zeroed on the stream first, the rest of
-// sm90_tiles filled in.
+// A kernel that draws its tiles from the counter (fwd_persistent.h kDrawsTiles: causal, and d = 64's
+// tile) needs FwdParams::sm90_tiles.counter, which is zeroed on the stream first, the rest of sm90_tiles
+// filled in.
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
   auto kernel = &fwd_kernel_persistent<Traits, kCausal, kDropout>;
   constexpr int kSmem = PersistentSmem<Traits>::kBytes;
-  if (kCausal && kp.p.sm90_tiles.counter == nullptr) { return cudaErrorInvalidValue; }
+  constexpr bool kDynamic = kDrawsTiles<Traits, kCausal>;
+  if (kDynamic && kp.p.sm90_tiles.counter == nullptr) { return cudaErrorInvalidValue; }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
   const int sms = current_device_attribute<cudaDevAttrMultiProcessorCount>();
   if (sms <= 0) { return cudaErrorInvalidDevice; }
   const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal>(kp.p).num_tiles;
   const int grid = persistent_grid(num_tiles, kp.p.sm90_persistent_ctas, sms);
-  if constexpr (kCausal) {
+  if constexpr (kDynamic) {
     err = cudaMemsetAsync(kp.p.sm90_tiles.counter, 0, sizeof(int), stream);
     if (err != cudaSuccess) { return err; }
     typename FwdTma<Traits>::Params kq = kp;
-    FwdScheduler<Traits::kBlockM, kCausal>::fill_tile_order(kq.p.sm90_tiles, kp.p, Traits::kKVRowBytes);
+    FwdScheduler<Traits::kBlockM, kCausal, true>::fill_tile_order(kq.p.sm90_tiles, kp.p, Traits::kKVRowBytes);
     kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kq);
   } else {
     kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
@@ -90,6 +92,10 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
+#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
+  static_assert(!kDynamicNonCausal<FwdTraitsFor<Element, kHeadDim, kDropout>> || fwd_draws_tiles(kHeadDim, false, kDropout),
+                "fwd_draws_tiles (the dispatch's counter check) must cover every tile that draws its tiles");
+#endif
   return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout>(params, stream);
 }
 

@@ -31,8 +31,9 @@
 //     consumer thread waits tile_full[j & 1] parity (j >> 1) & 1 (acquire), reads the slot, arrives on
 //     tile_empty[j & 1], and stops at the out-of-range index. Both sides see the same tile list, so
 //     the per-tile protocol above holds unchanged. tools/sm90_persistent_model.py (dynamic=True) runs
-//     it on several CTAs sharing one counter: every tile exactly once, no deadlock. The non-causal
-//     loops are the static ones (the helpers below reduce to t = blockIdx.x; t += gridDim.x).
+//     it on several CTAs sharing one counter: every tile exactly once, no deadlock. Non-causal: the
+//     same ring for d = 64's tile (kDynamicNonCausal below), else static (the helpers below reduce to
+//     t = blockIdx.x; t += gridDim.x).
 // Built with FLASH_ATTN_CUDA_SM90_PERSISTENT (fwd_launch.h), the default build's sm90 forward; the
 // one-tile kernel (fwd_kernel.h) only with FLASH_ATTN_CUDA_SM90_PERSISTENT=0 or both.
 // Every mbarrier wait goes through watchdog.h (a trap with the wait's site in FLASH_ATTN_SM90_WATCHDOG
@@ -82,37 +83,60 @@ CUTE_DEVICE int receive_tile(Storage& ss, int j) {
   return t;
 }
 
-// The producer's first tile: blockIdx.x, causal the first index of the launch's counter.
-template <bool kCausal>
+// Non-causal tiles from the counter too, for d = 64's three-warpgroup tile. Static round-robin gives
+// CTA b the tiles b, b + gridDim.x, ...: when gridDim.x is a multiple of the query tiles per sequence
+// (d = 64 at 512 / 1k / 2k / 4k: 3 / 6 / 11 / 22 tiles of 192 rows, 132 SMs) every short last tile
+// lands on the same CTAs, which then finish early while the others set the makespan; drawn from the
+// counter in the same index order, the tail is at most one tile. Lengths that are multiples of 192 rarely occur, so this tile always draws (a run-time
+// choice between the two loops in one kernel spilled 16 B of the producer's 32 registers; this one
+// spills 8 B, one STL.64 / LDL.64 pair per V load in the producer thread, nvcc 13.0). Only the
+// three-warpgroup tile: the drawing producer needs 32 registers, which its 3 x 160 split leaves free
+// (32 + 3 x 160 = 512 x 128), while the two-warpgroup tiles would give 8 of their consumers' 240 (and
+// divide the usual lengths, powers of two, evenly). The host's side: fwd_api.h fwd_draws_tiles.
+// FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL=0: static (comparisons). Measured: benchmarks/NOTES.md,
+// "Eleventh session".
+#ifndef FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL
+#define FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL 1
+#endif
+template <class Traits>
+constexpr bool kDynamicNonCausal = FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL != 0 && Traits::kNConsumerWG == 3;
+
+// The kernel draws its tiles from the counter (fwd_scheduler.h): causal always, non-causal where
+// kDynamicNonCausal.
+template <class Traits, bool kCausal>
+constexpr bool kDrawsTiles = kCausal || kDynamicNonCausal<Traits>;
+
+// The producer's first tile: blockIdx.x, or the first index of the launch's counter.
+template <bool kDynamic>
 CUTE_DEVICE int producer_first_tile(const FwdParams& p) {
-  if constexpr (kCausal) {
+  if constexpr (kDynamic) {
     return atomicAdd(p.sm90_tiles.counter, 1);
   } else {
     return int(blockIdx.x);
   }
 }
 
-// The producer's loop condition for tile t (causal: publish it first, also the out-of-range one).
-template <bool kCausal, class Storage>
+// The producer's loop condition for tile t (kDynamic: publish it first, also the out-of-range one).
+template <bool kDynamic, class Storage>
 CUTE_DEVICE bool producer_has_tile(Storage& ss, int t, int num_tiles) {
-  if constexpr (kCausal) { publish_tile(ss, t); }
+  if constexpr (kDynamic) { publish_tile(ss, t); }
   return t < num_tiles;
 }
 
-// The producer's next tile after t (causal: the longest one left, from the counter).
-template <bool kCausal>
+// The producer's next tile after t (kDynamic: the next one left, from the counter; causal: the longest).
+template <bool kDynamic>
 CUTE_DEVICE int producer_next_tile(const FwdParams& p, int t) {
-  if constexpr (kCausal) {
+  if constexpr (kDynamic) {
     return atomicAdd(p.sm90_tiles.counter, 1);
   } else {
     return t + int(gridDim.x);
   }
 }
 
-// A consumer's j-th tile: the published one (causal), else t_static (round-robin).
-template <bool kCausal, class Storage>
+// A consumer's j-th tile: the published one (kDynamic), else t_static (round-robin).
+template <bool kDynamic, class Storage>
 CUTE_DEVICE int consumer_tile(Storage& ss, int j, int t_static) {
-  if constexpr (kCausal) {
+  if constexpr (kDynamic) {
     return receive_tile(ss, j);
   } else {
     return t_static;
@@ -182,7 +206,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
   const FwdParams& p = kp.p;
   if constexpr (kDropout) { write_rng_state(p); }  // thread 0 of block (0, 0, 0), before any return
-  const FwdScheduler<Traits::kBlockM, kCausal> sched(p);
+  constexpr bool kDynamic = kDrawsTiles<Traits, kCausal>;
+  const FwdScheduler<Traits::kBlockM, kCausal, kDynamic> sched(p);
   const int wg = cutlass::canonical_warp_group_idx();
 
   typename Pipeline::Params pp;
@@ -198,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       QFull::init(&ss.q_full[c], 1);
       QEmpty::init(&ss.q_empty[c], Smem::kQEmptyArrivals);
     }
-    if constexpr (kCausal) {
+    if constexpr (kDynamic) {
       CUTE_UNROLL
       for (int s = 0; s < 2; ++s) {
         QEmpty::init(&ss.tile_full[s], 1);
@@ -233,13 +258,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   };
 
   if (wg == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kCausal ? Traits::kProducerRegsDynamic : Traits::kProducerRegs>();
+    cutlass::arch::warpgroup_reg_dealloc<kDynamic ? Traits::kProducerRegsDynamic : Traits::kProducerRegs>();
     if (threadIdx.x != 0) { return; }
     PipelineState st_k = cutlass::make_producer_start_state<Pipeline>();
     PipelineState st_v = cutlass::make_producer_start_state<Pipeline>();
     int loaded = 0;  // non-empty tiles whose Q this CTA has loaded
-    for (int t = producer_first_tile<kCausal>(p); producer_has_tile<kCausal>(ss, t, sched.tiles(p));
-         t = producer_next_tile<kCausal>(p, t)) {
+    for (int t = producer_first_tile<kDynamic>(p); producer_has_tile<kDynamic>(ss, t, sched.tiles(p));
+         t = producer_next_tile<kDynamic>(p, t)) {
       int m_block, head, batch, n_min, n_max;
       sched.decode(t, m_block, head, batch, p);
       kv_block_range<Traits, kCausal>(p, m_block * Traits::kBlockM, n_min, n_max);
@@ -277,7 +302,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<kCausal ? Traits::kConsumerRegsDynamic : Traits::kConsumerRegs>();
+  cutlass::arch::warpgroup_reg_alloc<kDynamic ? Traits::kConsumerRegsDynamic : Traits::kConsumerRegs>();
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
   Tensor sQ = sQ_wg(cwg);
@@ -296,8 +321,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     if (cwg == kNWG - 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 0u); }
   }
   int loaded = 0;  // non-empty tiles this warpgroup has run
-  for (int j = 0, t = consumer_tile<kCausal>(ss, 0, blockIdx.x); t < sched.tiles(p);
-       ++j, t = consumer_tile<kCausal>(ss, j, t + int(gridDim.x))) {
+  for (int j = 0, t = consumer_tile<kDynamic>(ss, 0, blockIdx.x); t < sched.tiles(p);
+       ++j, t = consumer_tile<kDynamic>(ss, j, t + int(gridDim.x))) {
     __syncwarp();  // also after receive_tile's spin-wait
     int m_block, head, batch, n_min, n_max;
     sched.decode(t, m_block, head, batch, p);

@@ -2,6 +2,10 @@
 // [kBlockM m, kBlockM m + kBlockM) of one (batch, head); hb = batch * nheads + head.
 //   non-causal: t = hb * num_m + m. CTA b takes tiles b, b + gridDim.x, ... (static round-robin:
 //     every tile costs the same). A head's tiles are adjacent, so its K/V stay in L2 while they run.
+//     d = 64's tile (fwd_persistent.h kDynamicNonCausal: its last query tile of a sequence is usually
+//     short) draws the same order from the counter below. (The causal order's L2 sections with the
+//     query blocks ascending, short tiles last, measured 2-3 % slower at 2k / 4k: with one CTA per
+//     head at a time instead of ~11 sharing a head's K/V; benchmarks/NOTES.md "Eleventh session".)
 //   causal: longest first, handed out dynamically (FA3's dynamic persistent scheduler; our code).
 //     The (batch, head) pairs form sections of `section` pairs whose K/V fit in ~32 MB of L2
 //     (kL2KVBytes; rounded down to a power of two, times the query heads per KV head, at least 1);
@@ -46,15 +50,21 @@ CUTE_HOST_DEVICE int causal_section_pairs(const FwdParams& p, int kv_row_bytes) 
   return want < pairs ? int(want) : (pairs > 0 ? pairs : 1);
 }
 
-template <int kBlockM, bool kCausal>
+// kOrderInParams: the sizes come from FwdParams::sm90_tiles (the constant bank, filled by the launch:
+// fill_tile_order), not from registers set up here: the kernels whose producer thread may draw tiles
+// from the counter (causal; non-causal with fwd_persistent.h kDynamicNonCausal), since its 32-40
+// registers hold the drawn tile's coordinates (on 32 with num_m and nheads in registers, d = 64
+// non-causal spilled 12 B, nvcc 13.0; with the sizes read from the params, 8 B).
+template <int kBlockM, bool kCausal, bool kOrderInParams = kCausal>
 struct FwdScheduler {
+  static_assert(kOrderInParams || !kCausal, "the causal order's sizes live in FwdParams::sm90_tiles");
   int num_m, nheads, num_tiles;
 
   CUTE_HOST_DEVICE explicit FwdScheduler(const FwdParams& p)
       : num_m((p.seqlen_q + kBlockM - 1) / kBlockM), nheads(p.nheads), num_tiles(num_m * p.nheads * p.batch) {}
 
-  // The launch's Sm90TileOrder for causal (fill_tile_order), whose fields the kernel reads from the
-  // constant bank.
+  // The launch's Sm90TileOrder (fill_tile_order), whose fields the kernel reads from the constant bank
+  // (kOrderInParams). section: the causal order's only.
   CUTE_HOST_DEVICE static void fill_tile_order(Sm90TileOrder& o, const FwdParams& p, int kv_row_bytes) {
     o.section = causal_section_pairs(p, kv_row_bytes);
     o.num_m = (p.seqlen_q + kBlockM - 1) / kBlockM;
@@ -62,19 +72,19 @@ struct FwdScheduler {
     o.num_tiles = o.num_m * o.num_pairs;
   }
 
-  // Tiles of the launch: causal from p.sm90_tiles (no register held across the loop).
+  // Tiles of the launch (kOrderInParams: from p.sm90_tiles, no register held across the loop).
   CUTE_HOST_DEVICE int tiles(const FwdParams& p) const {
-    if constexpr (kCausal) {
+    if constexpr (kOrderInParams) {
       return p.sm90_tiles.num_tiles;
     } else {
       return num_tiles;
     }
   }
 
-  // p: the launch's params (causal: p.sm90_tiles).
+  // p: the launch's params (kOrderInParams: p.sm90_tiles).
   CUTE_HOST_DEVICE void decode(int t, int& m_block, int& head, int& batch, const FwdParams& p) const {
     int hb, m;
-    if constexpr (kCausal) {
+    if constexpr (kCausal) {  // L2 sections, query blocks outer, longest first
       const Sm90TileOrder& o = p.sm90_tiles;
       const int section = o.section, num_pairs = o.num_pairs, num_m = o.num_m;
       const int per_section = section * num_m;
@@ -84,12 +94,13 @@ struct FwdScheduler {
       const int m_rank = r / pairs;
       hb = first + (r - m_rank * pairs);
       m = num_m - 1 - m_rank;
-    } else {
-      hb = t / num_m;
-      m = t - hb * num_m;
+    } else {  // index order
+      const int nm = kOrderInParams ? p.sm90_tiles.num_m : num_m;
+      hb = t / nm;
+      m = t - hb * nm;
     }
     m_block = m;
-    const int heads = kCausal ? p.nheads : nheads;  // causal: from the constant bank
+    const int heads = kOrderInParams ? p.nheads : nheads;  // from the constant bank
     batch = hb / heads;
     head = hb - batch * heads;
   }

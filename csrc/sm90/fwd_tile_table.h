@@ -29,9 +29,15 @@ struct FwdTile;
 // Persistent kernel (the default since 2026-12-03): the last query tile of a sequence that is not a
 // multiple of 192 rows has one or two warpgroups with no live row; they skip their GEMMs (fwd_persistent.h
 // kIdleWarpgroups): causal 1k 274 -> 299 TFLOP/s (0.83 -> 0.92x cuDNN), results/history/h200_idlewg_*.
+// Non-causal, the same short tiles handed out by the tile counter instead of round-robin (fwd_persistent.h
+// kDynamicNonCausal): 512 / 1k / 2k / 4k +3-10 / +5 / +2 / +1 %, results/history/h200_dynidx_*.
 // Dropout: stays 128 x 128 with two warpgroups (measured, tested) until a FEATURES + BACKWARD build
 // runs tests/test_dropout_gpu.py on 192 x 128: that variant compiles here with 0 spills under
 // setmaxnreg 160 (ptxas, nvcc 13.0; registers up to R151), HGMMA present, no trap.
+// 3 / 4 K/V stages (persistent kernel, 2026-12-03, results/history/h200_d64st_*; the next tile's first
+// blocks loaded further ahead): 2 stages 425-428 / 441-442 / 491 / 516-517 TFLOP/s at 512 / 1k / 4k / 16k,
+// causal 228-229 / 296-298 / 440-441 / 508-509; 3: 429 / 438 / 492 / 517, causal 231 / 303 / 441 / 510;
+// 4: 439 / 440 / 492 / 517, causal 228 / 298 / 441 / 509. Within noise: 2 stays.
 template <>
 struct FwdTile<64> {
   static constexpr int kBlockN = 128;
