@@ -470,8 +470,8 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
   check_fwd_smem(q, p, will_run);
   // The persistent sm90 forward's tile counter: one int per sm90 call (stream-ordered caching
   // allocator, zeroed by the launch on the stream when the kernel draws tiles from it: causal, and
-  // d = 64 with a short last query tile; graph capture records the memset), kept alive until the
-  // launch is queued. (The one-tile kernel ignores it.)
+  // d = 64, sm90::fwd_draws_tiles; graph capture records the memset), kept alive until the launch is
+  // queued. The kernels that do not draw (and the one-tile kernel) ignore it.
   at::Tensor tile_counter;
   if (will_run == flash::FwdFamily::kSm90) {
     tile_counter = at::empty({1}, q.options().dtype(at::kInt));

@@ -59,8 +59,8 @@ constexpr bool kSm90BwdHdim256DropoutByDefault = true;
 // memory from the caller, which the launch zeroes on the stream (cudaMemsetAsync) before a kernel that
 // draws tiles from it (causal, and d = 64's tile: sm90::fwd_draws_tiles); a launch must not share it
 // with another running at the same time; nullptr there: such a launch fails with cudaErrorInvalidValue
-// (the dispatch sends the call to the sm80 kernels first). The rest is set by the launch (the kernel reads it from the
-// constant bank: its producer thread has 24 registers).
+// (the dispatch sends the call to the sm80 kernels first). The rest is set by the launch; the kernel
+// reads it from the constant bank (its producer thread has 32-40 registers: fwd_traits.h).
 struct Sm90TileOrder {
   int* counter = nullptr;
   int section = 0;    // (batch, head) pairs per L2 section (causal_section_pairs)
@@ -143,8 +143,8 @@ struct FwdParams {
   // persistent kernel with one CTA per SM (csrc/sm90/fwd_launch.h). The binding sets it from
   // FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS.
   int sm90_persistent_ctas = 0;
-  // Persistent sm90 forward with causal masks only (fwd_scheduler.h's dynamic order). Last member:
-  // the one-tile kernel's parameter offsets stay.
+  // Persistent sm90 forward kernels that draw their tiles (causal, d = 64: sm90::fwd_draws_tiles;
+  // fwd_scheduler.h's dynamic order). Last member: the one-tile kernel's parameter offsets stay.
   Sm90TileOrder sm90_tiles;
 };
 

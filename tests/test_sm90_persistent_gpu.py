@@ -125,15 +125,19 @@ def test_persistent_causal_l2_sections_with_a_short_last_one():
         assert_same(lse, lse0, f"lse, {ctas} CTAs")
 
 
+@pytest.mark.parametrize("ctas", ["sms", "3"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_persistent_drawn_tiles_in_a_cuda_graph(causal):
+def test_persistent_drawn_tiles_in_a_cuda_graph(causal, ctas):
     """The tile counter (causal, and d = 64 non-causal: fwd_persistent.h kDynamicNonCausal) is zeroed on
     the stream by every launch: a captured graph replays correctly (a counter left at its last value
-    would skip every tile of the second replay). Non-causal runs d = 64 where the build has it."""
-    hdim, dtype = (64 if not causal and 64 in HDIMS else HDIMS[0]), DTYPES[0]
+    would skip every tile of the second replay). 3 CTAs: each draws many tiles, so the ring's slots are
+    reused within a replay."""
+    if not causal and 64 not in HDIMS:
+        pytest.skip("d = 64 (the non-causal kernel that draws its tiles) is not in this build")
+    hdim, dtype = (HDIMS[0] if causal else 64), DTYPES[0]
     torch.manual_seed(17)
     q, k, v = (torch.randn(2, 1000, 4, hdim, device="cuda", dtype=dtype) for _ in range(3))
-    os.environ[KNOB] = "sms"
+    os.environ[KNOB] = ctas
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -85,7 +85,7 @@ def test_every_consumer_release_steps_its_state():
     assert releases == 12, f"expected 12 consumer releases in fwd_mainloop.h (K/V, overlap and not), found {releases}"
 
 
-# ---- The causal kernel's dynamic tile order (fwd_persistent.h publish_tile / receive_tile).
+# ---- The dynamic tile order (causal; d = 64 non-causal too: fwd_persistent.h publish_tile / receive_tile).
 
 def test_dynamic_order_finishes_and_runs_every_tile_once():
     """1-3 CTAs sharing the tile counter, random tile lists with empty tiles: every schedule
@@ -130,7 +130,7 @@ def test_producer_stopping_without_the_out_of_range_index_hangs():
 
 
 def test_kernel_publishes_before_it_stops():
-    """fwd_persistent.h's dynamic loops (causal, and d = 64 non-causal with a short last tile) as the model runs them: the producer's loop condition publishes
+    """fwd_persistent.h's dynamic loops (causal, and d = 64 non-causal) as the model runs them: the producer's loop condition publishes
     the index before the range test (the consumers stop on the published out-of-range index), its
     increment draws the next index from the counter (after the tile's loads, also after an empty
     tile's `continue`); the consumers take their first and every next index from the ring."""

@@ -5,7 +5,8 @@ bytes; empty: 256 thread arrivals), q_full/q_empty per warpgroup, the two GEMM-t
 (256 threads) and the per-warpgroup epilogue barrier (128), TMA loads landing after arbitrary delays.
 It checks that every schedule finishes (no deadlock), that no barrier is over-arrived, and that every
 consumer read sees the data of its own tile and block (Q rows, K/V stage) and that a warpgroup's Q
-rows are not overwritten before its O store has read them. The causal kernel's dynamic tile order
+rows are not overwritten before its O store has read them. The dynamic tile order of the kernels that
+draw their tiles (causal; d = 64 non-causal, whose three consumer warpgroups the model runs as two)
 (run(dynamic=True)): several CTAs share the tile counter, each producer publishes its tiles through
 the two-slot ring; every tile must run exactly once. benchmarks/NOTES.md (issue 11, v4) has the
 argument in words; tests/test_sm90_persistent_model_cpu.py runs this, and mutations it must catch.
@@ -60,7 +61,7 @@ class NamedBarrier:
 
 
 class Counter:
-    """The causal kernel's global tile counter (atomicAdd), shared by the CTAs of one launch."""
+    """The global tile counter (atomicAdd) of the drawing kernels, shared by the CTAs of one launch."""
     def __init__(self):
         self.value = 0
 
@@ -72,8 +73,8 @@ class Counter:
 def run(tiles, seed, first_turn="wg1", consumer_counts_empty=False, producer_skips_q_empty=False,
         last_v_advance=True, ctas=1, dynamic=False, producer_skips_tile_empty=False, no_sentinel=False):
     """One random schedule of `ctas` CTAs running `tiles` (number of key blocks per tile; 0 = no key).
-    Static (dynamic=False, fwd_persistent.h's non-causal loop): CTA b runs tiles b, b + ctas, ...
-    Dynamic (the causal loop): each CTA's producer takes its first index from a shared Counter, the
+    Static (dynamic=False, fwd_persistent.h's non-causal loop at d = 128 / 256): CTA b runs tiles b, b + ctas, ...
+    Dynamic (the causal loop, and d = 64's): each CTA's producer takes its first index from a shared Counter, the
     next one after each tile's last load, and publishes every index (the final
     out-of-range one too) through a ring of two slots: tile_full (1 arrival) / tile_empty (256, one
     per consumer thread: here 32 per warp). Checks on top of the per-tile ones: a consumer reads the

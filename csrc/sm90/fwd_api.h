@@ -25,7 +25,8 @@ bool fwd_supports(const FwdParams& params);
 // Whether the persistent kernel serving a call draws its tiles from FwdParams::sm90_tiles.counter
 // (fwd_persistent.h kDrawsTiles): causal calls, and d = 64's three-warpgroup tile (its dropout variant
 // has two). A caller without a counter gets the sm80 kernels for these (fwd_dispatch.cu); fwd_launch.h
-// checks this against the tile table at compile time.
+// checks at compile time that every tile that draws is covered. (A build with
+// FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL=0, for comparisons, still routes counterless d = 64 calls to sm80.)
 constexpr bool fwd_draws_tiles(int headdim, bool causal, bool dropout) { return causal || (headdim == 64 && !dropout); }
 
 }  // namespace flash::sm90

@@ -59,8 +59,8 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-// The causal kernel's tile ring (see above): the producer thread's side, publishing its j-th index t
-// (j = ss.tile_count: the producer thread's 24 registers hold no loop state beyond the static loop's).
+// The drawing kernels' tile ring (see above): the producer thread's side, publishing its j-th index t
+// (j = ss.tile_count, in shared memory: the producer thread's 32-40 registers hold no more loop state).
 template <class Storage>
 CUTE_DEVICE void publish_tile(Storage& ss, int t) {
   volatile int* count = &ss.tile_count;

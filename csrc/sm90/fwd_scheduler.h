@@ -16,8 +16,8 @@
 //     LPT list scheduling) while the pairs that run together share their K/V in L2.
 //     The counter is zeroed on the stream before every launch (fwd_launch.h): no host copy, so a
 //     captured CUDA graph replays correctly.
-//     The kernel reads the causal order's sizes from FwdParams::sm90_tiles (constant bank), which the
-//     launch fills (fill_tile_order): the producer thread runs on 24 registers.
+//     The kernel reads the order's sizes from FwdParams::sm90_tiles (constant bank), which the launch
+//     fills (fill_tile_order): the drawing producer thread runs on 32-40 registers (fwd_traits.h).
 //   Why (tools/sm90_tile_order_model.py, benchmarks/NOTES.md "Persistent forward: causal tiles
 //   longest first"): the static round-robin
 //   in index order gave CTA b the same query-block positions over and over (132 % num_m == 0 at

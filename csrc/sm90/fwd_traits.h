@@ -35,11 +35,12 @@ struct FwdTraits {
   static constexpr int kConsumerRegs = kNConsumerWG == 2 ? 240 : 160;
   static_assert(kNConsumerWG == 2 || kNConsumerWG == 3, "2 or 3 consumer warpgroups (named barriers: fwd_mainloop.h)");
   static_assert((kProducerRegs + kNConsumerWG * kConsumerRegs) * 128 <= 65536, "setmaxnreg budget exceeds the register file");
-  // The persistent causal kernel (fwd_persistent.h, dynamic tile order): its producer thread gets the
-  // tile index from an atomic, so the tile's coordinates live in per-thread registers instead of
-  // uniform ones; on 24 it spilled 176 B (d = 128) / 108 B (d = 64), nvcc 13.0. The setmaxnreg pool is
-  // what the launch allocated (__launch_bounds__(kNThreads, 1): 168 x 384 = 504 x 128 registers at
-  // d = 128, 128 x 512 = 512 x 128 at d = 64): d = 128 moves 8 consumer registers to the producer.
+  // The persistent kernels that draw their tiles (fwd_persistent.h kDrawsTiles: causal, d = 64): the
+  // producer thread gets the tile index from an atomic, so the tile's coordinates live in per-thread
+  // registers instead of uniform ones; on 24 it spilled 176 B (d = 128) / 108 B (d = 64), nvcc 13.0.
+  // The setmaxnreg pool is what the launch allocated (__launch_bounds__(kNThreads, 1): 168 x 384 =
+  // 504 x 128 registers at d = 128, 128 x 512 = 512 x 128 at d = 64): d = 128 moves 8 consumer
+  // registers to the producer.
   static constexpr int kProducerRegsDynamic = kNConsumerWG == 2 ? 40 : 32;
   static constexpr int kConsumerRegsDynamic = kNConsumerWG == 2 ? 232 : 160;
   static constexpr int kLaunchRegs = 65536 / kNThreads / 8 * 8;
@@ -93,10 +94,11 @@ struct FwdTraits {
     // kernel's shared-memory offsets are unchanged.
     alignas(8) uint64_t q_full[kNConsumerWG];
     alignas(8) uint64_t q_empty[kNConsumerWG];
-    // Persistent causal kernel only (fwd_persistent.h, the dynamic tile order of fwd_scheduler.h):
-    // a ring of two tile indices the producer thread publishes for the consumers; tile_full[s]: slot s
-    // written (1 arrival, the producer's), tile_empty[s]: every consumer thread has read it;
-    // tile_count: indices the producer has published (kept here, not in its 24 registers).
+    // Persistent kernels that draw their tiles only (fwd_persistent.h kDrawsTiles: causal, d = 64; the
+    // dynamic tile order of fwd_scheduler.h): a ring of two tile indices the producer thread publishes
+    // for the consumers; tile_full[s]: slot s written (1 arrival, the producer's), tile_empty[s]: every
+    // consumer thread has read it; tile_count: indices the producer has published (kept here, not in
+    // its 32-40 registers).
     alignas(8) uint64_t tile_full[2];
     alignas(8) uint64_t tile_empty[2];
     int tile_slot[2];
