@@ -468,12 +468,11 @@ void launch_forward(flash::FwdParams& p, const at::Tensor& q, flash::FwdFamily f
   const flash::FwdFamily will_run = flash::fwd_family(p);
   TORCH_CHECK(knob.missing.empty() || will_run != flash::FwdFamily::kSm90, knob.missing);
   check_fwd_smem(q, p, will_run);
-  // The persistent sm90 forward's tile counter: one int per sm90 call (stream-ordered caching
-  // allocator, zeroed by the launch on the stream when the kernel draws tiles from it: causal, and
-  // d = 64, sm90::fwd_draws_tiles; graph capture records the memset), kept alive until the launch is
-  // queued. The kernels that do not draw (and the one-tile kernel) ignore it.
+  // The persistent sm90 forward's tile counter, for the calls whose kernel draws its tiles from it
+  // (causal, and d = 64): one int (stream-ordered caching allocator, zeroed by the launch on the
+  // stream: graph capture records the memset), kept alive until the launch is queued.
   at::Tensor tile_counter;
-  if (will_run == flash::FwdFamily::kSm90) {
+  if (will_run == flash::FwdFamily::kSm90 && flash::sm90_fwd_needs_tile_counter(p)) {
     tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.sm90_tiles.counter = tile_counter.data_ptr<int>();
   }

@@ -28,6 +28,10 @@ cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran
 // build compiled sm90 for (dtype, headdim_rounded), the device has compute capability 9.0 and
 // sm90::fwd_supports(params); else kSm80. Never kAuto.
 FwdFamily fwd_family(const FwdParams& params);
+
+// Whether an sm90 forward call needs params.sm90_tiles.counter: the persistent kernel would run it
+// and draws its tiles from the counter (causal, and d = 64: sm90::fwd_draws_tiles).
+bool sm90_fwd_needs_tile_counter(const FwdParams& params);
 inline const char* family_name(FwdFamily f) { return f == FwdFamily::kSm90 ? "sm90" : f == FwdFamily::kSm80 ? "sm80" : "auto"; }
 
 // Head dims the sm90 family compiled (every compiled dtype); empty without 90a in the build.

@@ -144,18 +144,22 @@ std::vector<int> sm90_head_dims() {
   return dims;
 }
 
-// A persistent sm90 forward that draws its tiles (causal calls, d = 64: sm90::fwd_draws_tiles) reads
-// FwdParams::sm90_tiles.counter (csrc/sm90/fwd_launch.h). The binding always passes one; a C++ caller
-// that leaves it null gets the sm80 kernels for those calls instead of an error (the persistent kernel
-// runs when the one-tile kernel is left out, the default build, or when sm90_persistent_ctas asks for it).
-static bool sm90_tile_counter_ready(const FwdParams& p) {
+// The persistent kernel runs when the one-tile kernel is left out (the default build) or when
+// sm90_persistent_ctas asks for it; it draws its tiles for causal calls and at d = 64
+// (sm90::fwd_draws_tiles).
+bool sm90_fwd_needs_tile_counter(const FwdParams& p) {
 #ifdef FLASH_ATTN_CUDA_SM90_NO_ONE_TILE
   const bool persistent = true;
 #else
   const bool persistent = p.sm90_persistent_ctas != 0;
 #endif
-  const bool draws = sm90::fwd_draws_tiles(p.headdim, is_causal(p), needs_dropout(p));
-  return !(draws && persistent) || p.sm90_tiles.counter != nullptr;
+  return persistent && sm90::fwd_draws_tiles(p.headdim, is_causal(p), needs_dropout(p));
+}
+
+// The binding passes a counter where one is needed; a C++ caller that leaves it null gets the sm80
+// kernels for those calls instead of an error.
+static bool sm90_tile_counter_ready(const FwdParams& p) {
+  return !sm90_fwd_needs_tile_counter(p) || p.sm90_tiles.counter != nullptr;
 }
 
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream, FwdFamily* ran) {

@@ -130,10 +130,11 @@ def test_producer_stopping_without_the_out_of_range_index_hangs():
 
 
 def test_kernel_publishes_before_it_stops():
-    """fwd_persistent.h's dynamic loops (causal, and d = 64 non-causal) as the model runs them: the producer's loop condition publishes
-    the index before the range test (the consumers stop on the published out-of-range index), its
-    increment draws the next index from the counter (after the tile's loads, also after an empty
-    tile's `continue`); the consumers take their first and every next index from the ring."""
+    """fwd_persistent.h's dynamic loops (causal, and d = 64 non-causal) as the model runs them: the
+    producer's loop condition publishes the index before the range test (the consumers stop on the
+    published out-of-range index), its increment draws the next index from the counter (after the
+    tile's loads, also after an empty tile's `continue`); the consumers take their first and every
+    next index from the ring."""
     src = (Path(__file__).resolve().parent.parent / "csrc" / "sm90" / "fwd_persistent.h").read_text()
     cond = src[src.index("CUTE_DEVICE bool producer_has_tile"):]
     assert cond.index("publish_tile(ss, t);") < cond.index("return t < num_tiles;")

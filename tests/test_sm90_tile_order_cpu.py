@@ -3,8 +3,9 @@
 decoded for every tile of random shapes (causal with seqlen_q != seqlen_k, GQA, a last L2 section
 with fewer pairs): the causal order must be a bijection onto (m_block, head, batch), longest first
 inside each section, with a section's K/V within the L2 budget, and equal the model's mirror; the
-non-causal order stays index order (also where the kernel draws its tiles from the counter: d = 64). The model: the dynamic order's predicted makespan near the
-lower bound and above the index order and the one-tile kernel at every benchmark shape."""
+non-causal order stays index order (also where the kernel draws its tiles from the counter: d = 64).
+The model: the dynamic order's predicted makespan near the lower bound and above the index order and
+the one-tile kernel at every benchmark shape."""
 import os
 import pathlib
 import random

@@ -93,7 +93,8 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
-  static_assert(!kDynamicNonCausal<FwdTraitsFor<Element, kHeadDim, kDropout>> || fwd_draws_tiles(kHeadDim, false, kDropout),
+  static_assert(!kDynamicNonCausal<FwdTraitsFor<Element, kHeadDim, kDropout>> ||
+                    fwd_draws_tiles(kHeadDim, false, kDropout),
                 "fwd_draws_tiles (the dispatch's counter check) must cover every tile that draws its tiles");
 #endif
   return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout>(params, stream);

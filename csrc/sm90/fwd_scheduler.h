@@ -53,8 +53,8 @@ CUTE_HOST_DEVICE int causal_section_pairs(const FwdParams& p, int kv_row_bytes) 
 // kOrderInParams: the sizes come from FwdParams::sm90_tiles (the constant bank, filled by the launch:
 // fill_tile_order), not from registers set up here: the kernels whose producer thread may draw tiles
 // from the counter (causal; non-causal with fwd_persistent.h kDynamicNonCausal), since its 32-40
-// registers hold the drawn tile's coordinates (on 32 with num_m and nheads in registers, d = 64
-// non-causal spilled 12 B, nvcc 13.0; with the sizes read from the params, 8 B).
+// registers hold the drawn tile's coordinates (d = 64 non-causal, nvcc 13.0, measured on a first form
+// of its loop: 12 B of spill with num_m and nheads in registers, 8 B with them read from the params).
 template <int kBlockM, bool kCausal, bool kOrderInParams = kCausal>
 struct FwdScheduler {
   static_assert(kOrderInParams || !kCausal, "the causal order's sizes live in FwdParams::sm90_tiles");
