@@ -5,9 +5,9 @@
 //     barriers); thread 32 (warp 1) is the dQ writer: per query block one TMA reduce-add of the
 //     sdQ stage the consumers filled (bwd_store_dq);
 //   warpgroups 1, 2 (consumers, 240 registers): bwd_mainloop.h, then dK (scaled), dV to global.
-// The role-split tile (Traits::kRoleSplit, bwd_traits_split.h, d = 256): no sdQ and no writer (dQ
-// by atomics from the consumers); consumer 0 runs BwdMainloopSplit::run_p_dv and stores dV,
-// consumer 1 run_ds_dk and stores dK.
+// The role-split tile (Traits::kRoleSplit, bwd_traits_split.h, d = 256): no sdQ and no writer (dQ by
+// vector reductions from the consumers, red_dq); consumer 0 runs BwdMainloopSplit::run_p_dv and
+// stores dV, consumer 1 run_ds_dk and stores dK.
 // The pre-pass (delta, LSE_log2 into the padded scratch, dq_accum zeroed) and the dQ conversion are
 // sm90/bwd_passes.h's, launched around this kernel by run_bwd_ (bwd_launch.h).
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.

@@ -3,7 +3,7 @@
 // the CTA's 64 keys against the query blocks [m_min, m_max). Per block m (Q and dO stage s):
 //   consumer 0: S^T issued, waited; Q released; mask, P^T; P^T fp32 to sP; arrive kPReady; P^T bf16;
 //               dV += P^T dO issued; sync kDSReady; dQ half 0 issued; dV, dQ waited; dO released;
-//               dQ half 0 added to dq_accum (red.global.add.v2.f32).
+//               dQ half 0 added to dq_accum (red_dq: red.global.add.v4.f32, whole lines).
 //   consumer 1: dP^T issued, waited; sync kPReady; P^T from sP, dS^T = P^T (dP^T - D); dO released;
 //               dS^T bf16 to sdS; fence; arrive kDSReady, sync kDSOwn (this warpgroup); dK += dS^T Q
 //               and dQ half 1 issued, waited;
@@ -40,11 +40,39 @@ namespace flash::sm90 {
 
 using namespace cute;
 
+// How one consumer's dQ part reaches dq_accum (red_dq). Each request of a warp's vector reduction
+// touches 8 rows of dq_accum; per row it carries:
+//   0 "pairs": the accumulator's own column pairs, red.global.add.v2.f32: 32 B (one sector);
+//   1 "quads": lanes t, t ^ 1 swap one pair of two neighbouring 8-column blocks (shfl.xor 1),
+//      red.global.add.v4.f32: 64 B (two sectors), half the requests;
+//   2 "lines": then lanes t, t ^ 4 (rows r, r + 1) swap one quad of two neighbouring 16-column
+//      pieces (shfl.xor 4): each request covers 4 rows x 128 B, whole L2 lines, as a TMA reduce does.
+// Nsight Compute (H200, d = 256, 4 x 4k, bf16; benchmarks/NOTES.md "Twelfth session"): with pairs the
+// kernel was L2-bound (lts throughput 88 %, tag requests 70 %: 268 M one-sector reduce requests)
+// while the tensor pipe was active 34 % of the time.
+#ifndef FLASH_ATTN_CUDA_SM90_DQ_RED
+#define FLASH_ATTN_CUDA_SM90_DQ_RED 2
+#endif
+constexpr int kDqRedForm = FLASH_ATTN_CUDA_SM90_DQ_RED;
+static_assert(kDqRedForm >= 0 && kDqRedForm <= 2, "FLASH_ATTN_CUDA_SM90_DQ_RED: 0 pairs, 1 quads, 2 lines");
+
+CUTE_DEVICE float4 shfl_xor4(float4 v, int mask) {
+  return make_float4(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask),
+                     __shfl_xor_sync(0xffffffffu, v.z, mask), __shfl_xor_sync(0xffffffffu, v.w, mask));
+}
+
+CUTE_DEVICE float2 shfl_xor2(float2 v, int mask) {
+  return make_float2(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask));
+}
+
 // One consumer's dQ part (kDQRows x kDQCols, columns from col0) added into the row-major fp32
-// dq_accum rows of this (batch, head) from query row m0: one 8-byte vector reduction per column pair.
-// Addresses are the thread's first element plus compile-time offsets (the accumulator layout of
-// fwd_layouts.h: rows +8 r, columns +8 j): with a per-element 64-bit address ptxas hoisted all 32 of
-// them out of the query loop and spilled (168 B).
+// dq_accum rows of this (batch, head) from query row m0, in the form kDqRedForm (above).
+// The accumulator (fwd_layouts.h acc_rowcol): lane l of warp w holds rows 16 w + l / 4 + {0, 8}
+// and, in every 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}.
+// Addresses are the thread's first element plus compile-time offsets: with a per-element 64-bit
+// address ptxas hoisted all 32 of them out of the query loop and spilled (168 B).
+// Rows < seqlen_q_rounded (bwd_supports: a multiple of 128); the column offsets are multiples of
+// 2 (pairs) or 4 floats (quads, lines): 8- / 16-byte aligned (dq_accum rows are kD floats).
 template <class Traits, class TensorR>
 CUTE_DEVICE void red_dq(TensorR const& acc, float* dq_rows, int m0, int col0, int tid) {
   constexpr int kD = Traits::kHeadDim;
@@ -52,15 +80,59 @@ CUTE_DEVICE void red_dq(TensorR const& acc, float* dq_rows, int m0, int col0, in
   auto thr = mma_dq.get_thread_slice(tid);
   Tensor coords = thr.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileDQ{})));
   Tensor rc = make_tensor(acc.data(), acc_rowcol(acc.layout()));  // (rows (2, 1), cols (2, kDQCols/8, 1))
-  static_assert(decltype(size<0>(rc))::value == 2 && decltype(size<1>(rc))::value == Traits::kDQCols / 4,
+  constexpr int kCols = decltype(size<1>(rc))::value;             // 2 per 8-column block
+  static_assert(decltype(size<0>(rc))::value == 2 && kCols == Traits::kDQCols / 4,
                 "one 64-row wgmma accumulator: rows {r, r + 8}, column pairs every 8");
-  float* base = dq_rows + int64_t(m0 + get<0>(coords(0))) * kD + col0 + get<1>(coords(0));
+  static_assert(kCols % 8 == 0, "quads and lines pair 8-column blocks, then 16-column pieces");
+  const int lane = tid % 32;
+  const int row = m0 + get<0>(coords(0));  // 16 w + lane / 4 within the tile
+  auto pair = [&](int r, int j) { return make_float2(rc(r, 2 * j), rc(r, 2 * j + 1)); };  // block j
+  if constexpr (kDqRedForm == 0) {
+    float* base = dq_rows + int64_t(row) * kD + col0 + get<1>(coords(0));
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      CUTE_UNROLL
+      for (int j = 0; j < kCols / 2; ++j) {
+        atomicAdd(reinterpret_cast<float2*>(base + 8 * r * kD + 8 * j), pair(r, j));
+      }
+    }
+    return;
+  }
+  // Quads: of blocks (2 p, 2 p + 1), an even lane keeps block 2 p's columns 2 (l % 4) + {0..3}
+  // (its own pair and its odd neighbour's), the odd lane block 2 p + 1's columns 2 (l % 4 - 1) + {0..3}:
+  // lane l's quad p starts at column 16 p + 8 (l & 1) + 4 ((l >> 1) & 1).
+  const bool odd = lane & 1;
+  const int quad_col = 8 * (lane & 1) + 4 * ((lane >> 1) & 1);
+  auto quad = [&](int r, int p) {
+    const float2 a = pair(r, 2 * p), b = pair(r, 2 * p + 1);
+    const float2 got = shfl_xor2(odd ? a : b, 1);
+    return odd ? make_float4(got.x, got.y, b.x, b.y) : make_float4(a.x, a.y, got.x, got.y);
+  };
+  if constexpr (kDqRedForm == 1) {
+    float* base = dq_rows + int64_t(row) * kD + col0 + quad_col;
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      CUTE_UNROLL
+      for (int p = 0; p < kCols / 4; ++p) {
+        atomicAdd(reinterpret_cast<float4*>(base + 8 * r * kD + 16 * p), quad(r, p));
+      }
+    }
+    return;
+  }
+  // Lines: of quads (2 s, 2 s + 1) (columns 32 s .. 32 s + 31), a lane of an even row (lane bit 2
+  // clear) keeps its quad 2 s and takes quad 2 s of the row below; a lane of an odd row keeps its quad
+  // 2 s + 1 and takes quad 2 s + 1 of the row above. Request A then holds the even rows' lines,
+  // request B the odd rows': lane l writes rows (row - odd_row) + {0, 1}, columns 32 s + 16 odd_row + quad_col.
+  const bool odd_row = (lane >> 2) & 1;
+  float* base = dq_rows + int64_t(row - int(odd_row)) * kD + col0 + 16 * int(odd_row) + quad_col;
   CUTE_UNROLL
   for (int r = 0; r < 2; ++r) {
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(rc); c += 2) {
-      // row < seqlen_q_rounded (bwd_supports: a multiple of 128), column even: 8-byte aligned.
-      atomicAdd(reinterpret_cast<float2*>(base + 8 * r * kD + 8 * (c / 2)), make_float2(rc(r, c), rc(r, c + 1)));
+    for (int s = 0; s < kCols / 8; ++s) {
+      const float4 q0 = quad(r, 2 * s), q1 = quad(r, 2 * s + 1);
+      const float4 got = shfl_xor4(odd_row ? q0 : q1, 4);
+      atomicAdd(reinterpret_cast<float4*>(base + 8 * r * kD + 32 * s), odd_row ? got : q0);
+      atomicAdd(reinterpret_cast<float4*>(base + (8 * r + 1) * kD + 32 * s), odd_row ? q1 : got);
     }
   }
 }

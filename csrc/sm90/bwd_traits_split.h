@@ -14,8 +14,9 @@
 //                          dQ[:, d/2:d]    = dS K[:, d/2:d]    SS
 // Each warpgroup does 2.5 of the block's 5 GEMM units (1M MACs each at kBlockM = 64), so neither waits
 // for the tensor cores of the other except at the P and dS hand-overs. dQ goes to dq_accum by fp32
-// atomics (red.global.add.v2.f32) from the consumers: a (kBlockM x d) fp32 sdQ stage is 64 KB, which
-// does not fit beside the operands (below).
+// vector reductions from the consumers (red.global.add.v4.f32 in whole 128-byte lines after two
+// lane shuffles, bwd_mainloop_split.h red_dq): a (kBlockM x d) fp32 sdQ stage for a TMA reduce is
+// 64 KB, which does not fit beside the operands (below).
 //
 // Registers per consumer thread (setmaxnreg 240): dV or dK 64 x 256 fp32 = 128, S^T or dP^T
 // 64 x kBlockM = 32, P^T / dS^T as bf16 16, dQ half kBlockM x 128 = 64 (live with dV/dK and the bf16
