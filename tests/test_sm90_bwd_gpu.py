@@ -77,6 +77,8 @@ def test_sm90_strided_gradients(hdim):
 
 def test_sm90_leaves_unsupported_calls_to_sm80():
     """Options the sm90 backward lacks (here a sliding window) run the sm80 kernels, right."""
+    if not flash_attn_cuda._ops.HAS_FEATURES:
+        pytest.skip("built with FLASH_ATTN_CUDA_FEATURES=0: a window raises")
     hdim, dtype = HDIMS[0], DTYPES[0]
     q, k, v = (rand(1, 200, 2, hdim, dtype=dtype) for _ in range(3))
     assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=True, window_size=(32, 0)),

@@ -32,6 +32,7 @@
 
 #include "../dropout.h"
 #include "bwd_dropout.h"
+#include "acc_lines.h"
 #include "bwd_mainloop.h"  // st_to_pt, BwdBarrier, BwdDropoutArgs
 #include "fwd_layouts.h"
 #include "wg_gemm.h"
@@ -56,23 +57,12 @@ using namespace cute;
 constexpr int kDqRedForm = FLASH_ATTN_CUDA_SM90_DQ_RED;
 static_assert(kDqRedForm >= 0 && kDqRedForm <= 2, "FLASH_ATTN_CUDA_SM90_DQ_RED: 0 pairs, 1 quads, 2 lines");
 
-CUTE_DEVICE float4 shfl_xor4(float4 v, int mask) {
-  return make_float4(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask),
-                     __shfl_xor_sync(0xffffffffu, v.z, mask), __shfl_xor_sync(0xffffffffu, v.w, mask));
-}
-
-CUTE_DEVICE float2 shfl_xor2(float2 v, int mask) {
-  return make_float2(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask));
-}
-
 // One consumer's dQ part (kDQRows x kDQCols, columns from col0) added into the row-major fp32
-// dq_accum rows of this (batch, head) from query row m0, in the form kDqRedForm (above).
-// The accumulator (fwd_layouts.h acc_rowcol): lane l of warp w holds rows 16 w + l / 4 + {0, 8}
-// and, in every 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}.
-// Addresses are the thread's first element plus compile-time offsets: with a per-element 64-bit
-// address ptxas hoisted all 32 of them out of the query loop and spilled (168 B).
-// Rows < seqlen_q_rounded (bwd_supports: a multiple of 128); the column offsets are multiples of
-// 2 (pairs) or 4 floats (quads, lines): 8- / 16-byte aligned (dq_accum rows are kD floats).
+// dq_accum rows of this (batch, head) from query row m0, in the form kDqRedForm (above; acc_lines.h
+// has the accumulator layout and the exchanges). Addresses are the thread's first element plus
+// compile-time offsets: with a per-element 64-bit address ptxas hoisted all 32 of them out of the
+// query loop and spilled (168 B). Rows < seqlen_q_rounded (bwd_supports: a multiple of 128); column
+// offsets are multiples of 2 (pairs) or 4 floats (quads, lines): 8- / 16-byte aligned (rows of kD floats).
 template <class Traits, class TensorR>
 CUTE_DEVICE void red_dq(TensorR const& acc, float* dq_rows, int m0, int col0, int tid) {
   constexpr int kD = Traits::kHeadDim;
@@ -83,57 +73,31 @@ CUTE_DEVICE void red_dq(TensorR const& acc, float* dq_rows, int m0, int col0, in
   constexpr int kCols = decltype(size<1>(rc))::value;             // 2 per 8-column block
   static_assert(decltype(size<0>(rc))::value == 2 && kCols == Traits::kDQCols / 4,
                 "one 64-row wgmma accumulator: rows {r, r + 8}, column pairs every 8");
-  static_assert(kCols % 8 == 0, "quads and lines pair 8-column blocks, then 16-column pieces");
   const int lane = tid % 32;
   const int row = m0 + get<0>(coords(0));  // 16 w + lane / 4 within the tile
-  auto pair = [&](int r, int j) { return make_float2(rc(r, 2 * j), rc(r, 2 * j + 1)); };  // block j
   if constexpr (kDqRedForm == 0) {
     float* base = dq_rows + int64_t(row) * kD + col0 + get<1>(coords(0));
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       CUTE_UNROLL
       for (int j = 0; j < kCols / 2; ++j) {
-        atomicAdd(reinterpret_cast<float2*>(base + 8 * r * kD + 8 * j), pair(r, j));
+        atomicAdd(reinterpret_cast<float2*>(base + 8 * r * kD + 8 * j), make_float2(rc(r, 2 * j), rc(r, 2 * j + 1)));
       }
     }
-    return;
-  }
-  // Quads: of blocks (2 p, 2 p + 1), an even lane keeps block 2 p's columns 2 (l % 4) + {0..3}
-  // (its own pair and its odd neighbour's), the odd lane block 2 p + 1's columns 2 (l % 4 - 1) + {0..3}:
-  // lane l's quad p starts at column 16 p + 8 (l & 1) + 4 ((l >> 1) & 1).
-  const bool odd = lane & 1;
-  const int quad_col = 8 * (lane & 1) + 4 * ((lane >> 1) & 1);
-  auto quad = [&](int r, int p) {
-    const float2 a = pair(r, 2 * p), b = pair(r, 2 * p + 1);
-    const float2 got = shfl_xor2(odd ? a : b, 1);
-    return odd ? make_float4(got.x, got.y, b.x, b.y) : make_float4(a.x, a.y, got.x, got.y);
-  };
-  if constexpr (kDqRedForm == 1) {
-    float* base = dq_rows + int64_t(row) * kD + col0 + quad_col;
+  } else if constexpr (kDqRedForm == 1) {
+    float* base = dq_rows + int64_t(row) * kD + col0 + quad_col(lane);
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       CUTE_UNROLL
       for (int p = 0; p < kCols / 4; ++p) {
-        atomicAdd(reinterpret_cast<float4*>(base + 8 * r * kD + 16 * p), quad(r, p));
+        atomicAdd(reinterpret_cast<float4*>(base + 8 * r * kD + 16 * p), acc_quad(rc, r, p, lane));
       }
     }
-    return;
-  }
-  // Lines: of quads (2 s, 2 s + 1) (columns 32 s .. 32 s + 31), a lane of an even row (lane bit 2
-  // clear) keeps its quad 2 s and takes quad 2 s of the row below; a lane of an odd row keeps its quad
-  // 2 s + 1 and takes quad 2 s + 1 of the row above. Request A then holds the even rows' lines,
-  // request B the odd rows': lane l writes rows (row - odd_row) + {0, 1}, columns 32 s + 16 odd_row + quad_col.
-  const bool odd_row = (lane >> 2) & 1;
-  float* base = dq_rows + int64_t(row - int(odd_row)) * kD + col0 + 16 * int(odd_row) + quad_col;
-  CUTE_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    CUTE_UNROLL
-    for (int s = 0; s < kCols / 8; ++s) {
-      const float4 q0 = quad(r, 2 * s), q1 = quad(r, 2 * s + 1);
-      const float4 got = shfl_xor4(odd_row ? q0 : q1, 4);
-      atomicAdd(reinterpret_cast<float4*>(base + 8 * r * kD + 32 * s), odd_row ? got : q0);
-      atomicAdd(reinterpret_cast<float4*>(base + (8 * r + 1) * kD + 32 * s), odd_row ? q1 : got);
-    }
+  } else {
+    float* base = dq_rows + int64_t(row - line_row_back(lane)) * kD + col0 + line_col0(lane);
+    for_each_line_quad(acc, lane, [&](int dr, int dc, float4 v) {
+      atomicAdd(reinterpret_cast<float4*>(base + dr * kD + dc), v);
+    });
   }
 }
 
