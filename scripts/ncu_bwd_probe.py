@@ -8,11 +8,12 @@ Random normal inputs (never zeros). Prints one line per call, in order, so the r
 matched to calls (each backward launches a pre-pass, the main kernel and a dQ conversion).
 """
 import argparse
-import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ncu_probe import profile_calls  # scripts/ is the script's own directory: on sys.path
 
 DT = torch.bfloat16
 
@@ -42,17 +43,7 @@ def main():
     for d in map(int, a.hdims.split(",")):
         for s in map(int, a.seqlens.split(",")):
             calls += calls_for(d, s, bool(a.causal))
-    for _, fn in calls:  # warm-up
-        fn()
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for name, fn in calls:
-        print("call:", name, flush=True)
-        fn()
-        torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
-    print("probe done", file=sys.stderr)
+    profile_calls(calls)
 
 
 if __name__ == "__main__":

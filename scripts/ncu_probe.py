@@ -72,12 +72,10 @@ def backward_calls():
     return [("fwd+bwd cudnn 16x1024 full", cudnn)]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--skip-ours", action="store_true")
-    args = ap.parse_args()
-    calls = decode_calls(args.skip_ours) + forward_calls(args.skip_ours) + backward_calls()
-    for _, fn in calls:  # warm-up: module load, cuDNN plans, workspaces
+def profile_calls(calls):
+    """Each (name, fn) twice as warm-up (module load, cuDNN plans, workspaces), then each once between
+    cudaProfilerStart / Stop, its name printed first."""
+    for _, fn in calls:
         fn()
         fn()
     torch.cuda.synchronize()
@@ -88,6 +86,13 @@ def main():
         torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     print("probe done", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-ours", action="store_true")
+    args = ap.parse_args()
+    profile_calls(decode_calls(args.skip_ours) + forward_calls(args.skip_ours) + backward_calls())
 
 
 if __name__ == "__main__":
