@@ -15,7 +15,8 @@
 // Then lane l's float4 A of (r, s) is at row (row0 - odd_row) + 8 r, B at the row after it, both at
 // column 32 s + 16 odd_row + quad_col (row0 = 16 w + l / 4, odd_row = (l >> 2) & 1): the 8 lanes
 // of a quarter warp write one row's 128 bytes, the warp 4 rows.
-// Cost per thread and 32 accumulator values: 16 SHFL.BFLY and the selects around them.
+// Cost per thread and 32 accumulator values: 32 SHFL.BFLY (16 for the quads, 16 for the lines) and the
+// selects around them.
 #pragma once
 
 #include <cute/tensor.hpp>

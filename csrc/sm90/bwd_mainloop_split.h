@@ -41,8 +41,9 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-// How one consumer's dQ part reaches dq_accum (red_dq). Each request of a warp's vector reduction
-// touches 8 rows of dq_accum; per row it carries:
+// How one consumer's dQ part reaches dq_accum (red_dq). atomicAdd on float2 / float4 with the result
+// unused: SASS REDG.E.ADD.F32x2 / F32x4. Each request of a warp touches 8 rows of dq_accum (pairs,
+// quads) or 4 (lines); per row it carries:
 //   0 "pairs": the accumulator's own column pairs, red.global.add.v2.f32: 32 B (one sector);
 //   1 "quads": lanes t, t ^ 1 swap one pair of two neighbouring 8-column blocks (shfl.xor 1),
 //      red.global.add.v4.f32: 64 B (two sectors), half the requests;

@@ -32,7 +32,7 @@ struct BwdTile<128> {
 
 // d = 256: the role-split tile (bwd_traits_split.h): 64 keys per CTA, consumer 0 S^T / P^T / dV,
 // consumer 1 dP^T / dS^T / dK, dQ halves by vector reductions in whole lines (bwd_mainloop_split.h
-// red_dq: 1.25-1.31x the backward of 8-byte reductions at 1k / 4k non-causal, 1.13-1.21x causal, H200
+// red_dq: 1.25-1.31x the backward of 8-byte reductions at 1k / 4k non-causal, 1.13-1.22x causal, H200
 // bf16, benchmarks/NOTES.md "Twelfth session"). 64 query rows, 2 stages: Q, dO 2 x 2 x 32 KB,
 // K, V 2 x 32 KB, dS 8 KB, sP fp32 16 KB = 217 KB. The two-consumers-of-64-keys tile of d = 64 / 128
 // needs dK + dV = 256 fp32 registers per thread here; FA3's 64 x 80 (S = Q K^T non-swapped, P and dS
