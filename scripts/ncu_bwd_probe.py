@@ -10,27 +10,24 @@ matched to calls (each backward launches a pre-pass, the main kernel and a dQ co
 import argparse
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from flash_attn_cuda import bench
 from ncu_probe import profile_calls  # scripts/ is the script's own directory: on sys.path
 
 DT = torch.bfloat16
 
 
 def calls_for(hdim, seqlen, causal):
-    from flash_attn_cuda import attention
-    b, h = 16384 // seqlen, 2048 // hdim
-    q, k, v = (torch.randn(b, seqlen, h, hdim, device="cuda", dtype=DT, requires_grad=True) for _ in range(3))
-    do = torch.randn_like(q)
-    out = attention(q, k, v, causal=causal)
-    qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        out_c = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-    do_t = do.transpose(1, 2)
-    tag = f"d={hdim} {b}x{seqlen} {'causal' if causal else 'full'}"
-    return [(f"bwd ours {tag}", lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)),
-            (f"bwd cudnn {tag}", lambda: torch.autograd.grad(out_c, (qt, kt, vt), do_t, retain_graph=True))]
+    """One backward of ours and of cuDNN on the same inputs, as flash_attn_cuda.bench times it
+    (make_bwd's 'bwd': the graph of one forward kept, autograd.grad over it)."""
+    batch, nheads = bench.grid_shape(seqlen, hdim, tokens=16384, hidden=2048)
+    inputs = bench.random_inputs((batch, seqlen, nheads, hdim), DT, n_tensors=4, n_sets=1, seed=0)
+    tag = f"d={hdim} {batch}x{seqlen} {'causal' if causal else 'full'}"
+    calls = []
+    for impl in ("flash_attn_cuda", "sdpa_cudnn"):
+        bwd = bench.make_bwd(impl, inputs, causal)["bwd"]
+        calls.append((f"bwd {impl} {tag}", lambda bwd=bwd: bwd(0)))
+    return calls
 
 
 def main():

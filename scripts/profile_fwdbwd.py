@@ -15,30 +15,18 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from flash_attn_cuda import attention
+from flash_attn_cuda import bench
 
 
 def step_fns(hdim, seqlen, causal):
-    """{impl: a callable running one forward + backward} on fresh random inputs (never zeros)."""
-    b, h = 16384 // seqlen, 2048 // hdim
-    q, k, v = (torch.randn(b, seqlen, h, hdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    do = torch.randn_like(q)
-    qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
-    do_t = do.transpose(1, 2).contiguous()
-
-    def ours():
-        return torch.autograd.grad(attention(q, k, v, causal=causal), (q, k, v), do)
-
-    def cudnn():
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-        return torch.autograd.grad(out, (qt, kt, vt), do_t)
-    return {"flash_attn_cuda": ours, "sdpa_cudnn": cudnn}
+    """{impl: a callable running one forward + backward}: flash_attn_cuda.bench's own 'fwdbwd' (make_bwd)
+    on one set of random inputs (never zeros), so what is timed here is what the bench timed."""
+    batch, nheads = bench.grid_shape(seqlen, hdim, tokens=16384, hidden=2048)
+    inputs = bench.random_inputs((batch, seqlen, nheads, hdim), torch.bfloat16, n_tensors=4, n_sets=1, seed=0)
+    fns = {impl: bench.make_bwd(impl, inputs, causal)["fwdbwd"] for impl in ("flash_attn_cuda", "sdpa_cudnn")}
+    return {impl: (lambda fn=fn: fn(0)) for impl, fn in fns.items()}
 
 
 def host_ms(fn, iters):

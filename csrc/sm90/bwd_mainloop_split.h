@@ -31,8 +31,8 @@
 #include <cutlass/arch/barrier.h>
 
 #include "../dropout.h"
-#include "bwd_dropout.h"
 #include "acc_lines.h"
+#include "bwd_dropout.h"
 #include "bwd_mainloop.h"  // st_to_pt, BwdBarrier, BwdDropoutArgs
 #include "fwd_layouts.h"
 #include "wg_gemm.h"

@@ -90,10 +90,10 @@ CUTE_DEVICE int receive_tile(Storage& ss, int j) {
 // counter in the same index order, the tail is at most one tile. Lengths that are multiples of 192
 // rarely occur, so this tile always draws (a run-time choice between the two loops in one kernel
 // spilled 16 B of the producer's 32 registers; this one spills 8 B, one STL.64 / LDL.64 pair per V
-// load in the producer thread, nvcc 13.0). Only the
-// three-warpgroup tile: the drawing producer needs 32 registers, which its 3 x 160 split leaves free
-// (32 + 3 x 160 = 512 x 128), while the two-warpgroup tiles would give 8 of their consumers' 240 (and
-// divide the usual lengths, powers of two, evenly). The host's side: fwd_api.h fwd_draws_tiles.
+// load in the producer thread, nvcc 13.0). Only the three-warpgroup tile: the drawing producer needs
+// 32 registers, which its 3 x 160 split leaves free (32 + 3 x 160 = 512 x 128), while the
+// two-warpgroup tiles would give 8 of their consumers' 240 (and divide the usual lengths, powers of
+// two, evenly). The host's side: fwd_api.h fwd_draws_tiles.
 // FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL=0: static (comparisons). Measured: benchmarks/NOTES.md,
 // "Eleventh session".
 #ifndef FLASH_ATTN_CUDA_SM90_DYNAMIC_NONCAUSAL
