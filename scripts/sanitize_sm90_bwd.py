@@ -1,6 +1,7 @@
 """Small ragged workload of the sm90 (Hopper) backward for compute-sanitizer (scripts/sanitize.sh
 scripts/sanitize_sm90_bwd.py [--dropout P] [head dims]): ragged seqlens across the 64/128-row and
-64/128-key tile edges, causal both ways, GQA, d = 64, 128 and 256 where compiled (or the head dims
+64/128-key tile edges, causal both ways, GQA, more tiles than SMs (the last shape: 144 / 288 tiles, for
+a persistent grid's cross-tile hand-overs), d = 64, 128 and 256 where compiled (or the head dims
 given, e.g. `... 256`); asserts the sm90 main kernel ran. --dropout P > 0: the dropout variant (its
 mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier; d = 256:
 the mask made in registers, the sign-marked P^T in sP). dtype: bf16 if compiled, else the build's first."""
@@ -25,7 +26,7 @@ dtypes = flash_attn_cuda.compiled_dtypes()
 dtype = torch.bfloat16 if torch.bfloat16 in dtypes else dtypes[0]
 runs = 0
 for d in dims:
-    for (sq, sk, h, hk) in [(113, 77, 2, 1), (77, 200, 4, 2), (129, 129, 2, 2)]:
+    for (sq, sk, h, hk) in [(113, 77, 2, 1), (77, 200, 4, 2), (129, 129, 2, 2), (300, 1100, 8, 2)]:
         for causal in (False, True):
             q = torch.randn(2, sq, h, d, device="cuda", dtype=dtype, requires_grad=True)
             k = torch.randn(2, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)

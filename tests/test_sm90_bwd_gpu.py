@@ -69,6 +69,30 @@ def test_sm90_gqa_gradients(nheads, nheads_k, causal, hdim):
     check(q, k, v, causal)
 
 
+def sm90_bwd_block_n(hdim):
+    """Keys per CTA of the sm90 backward (csrc/sm90/bwd_tile_table.h): one tile = one K/V block of one head."""
+    return 64 if hdim == 256 else 128
+
+
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["sms_plus_one", "gqa_many"])
+def test_sm90_more_tiles_than_sms(layout, causal, hdim):
+    """More tiles than SMs, so a persistent grid (bwd_kernel.h kPersistent) walks several tiles per CTA and
+    its carried pipeline phases matter: SMs + 1 tiles (one CTA takes two, the others one), or a GQA grid of
+    a few tiles per SM; 300 query rows = an odd number of 64- and of 128-row blocks; causal with sq != sk."""
+    torch.manual_seed(hdim + causal)
+    dtype, sms = DTYPES[0], torch.cuda.get_device_properties(0).multi_processor_count
+    if layout == "sms_plus_one":  # batch = SMs + 1, one head, one partial K/V block each
+        batch, nheads, nheads_k, seqlen_k = sms + 1, 1, 1, sm90_bwd_block_n(hdim) - 3
+    else:  # 2 x 8 heads x ceil(1100 / block_n) K/V blocks: 144 (d = 64 / 128) or 288 (d = 256) tiles
+        batch, nheads, nheads_k, seqlen_k = 2, 8, 2, 1100
+    q = rand(batch, 300, nheads, hdim, dtype=dtype)
+    k = rand(batch, seqlen_k, nheads_k, hdim, dtype=dtype)
+    v = rand(batch, seqlen_k, nheads_k, hdim, dtype=dtype)
+    check(q, k, v, causal)
+
+
 @pytest.mark.parametrize("hdim", HDIMS)
 def test_sm90_strided_gradients(hdim):
     qkv = rand(2, 300, 3, 4, hdim, dtype=DTYPES[-1])  # q, k, v interleaved: row stride 3 * 4 * hdim
