@@ -36,7 +36,7 @@ os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join([f"{a // 10}.{a % 10}" for a in cf
 directions = build_config.directions(cfg)
 instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions,
                                              build_config.families(cfg), cfg.smem_tiles, cfg.features)
-sources = ["csrc/binding.cpp", "csrc/fwd_dispatch.cu", "csrc/dropout_mask.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
+sources = ["csrc/binding.cpp", "csrc/binding_autograd.cpp", "csrc/fwd_dispatch.cu", "csrc/dropout_mask.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
 sources += ["csrc/binding_kvcache.cpp", "csrc/decode_dispatch.cu"] if cfg.kvcache else []
 sources += [os.path.relpath(p, ROOT) for p in instantiations]
 defines = build_config.compile_defines(cfg)

@@ -1,5 +1,5 @@
-"""Loads the compiled kernels and wires the raw op into torch.library: fake (meta) impl for
-torch.compile, and an autograd registration. Without the compiled extension (a fresh clone) the
+"""Loads the compiled kernels and wires the raw ops into torch.library: fake (meta) impls for
+torch.compile (their autograd is registered in C++, csrc/binding_autograd.cpp). Without the compiled extension (a fresh clone) the
 package still imports: nothing is registered, and attention() raises require_extension()'s error."""
 from __future__ import annotations
 
@@ -144,52 +144,6 @@ def family_setting() -> str:
     return _ops.fwd_family_setting()
 
 
-# fwd's arguments after q, k, v with their schema defaults (softmax_scale and causal have none).
-_FWD_DEFAULTS = (None, None, False, -1, -1, 0.0, None, 0.0)
-
-
-def _save_for_backward(ctx, tensors, options, rng_state) -> None:
-    """tensors and rng_state, then the alibi_slopes tensor when given, saved for the backward; options
-    end in (alibi_slopes, dropout_p); the others are kept on ctx.options, dropout_p on ctx.dropout_p.
-    rng_state (the forward's seed and offset, written on the device) is what the backward regenerates
-    the dropout mask from: never a host counter, so graph-captured and replayed calls stay right."""
-    *rest, alibi_slopes, dropout_p = options
-    ctx.save_for_backward(*tensors, rng_state, *(() if alibi_slopes is None else (alibi_slopes,)))
-    ctx.options = tuple(rest)
-    ctx.dropout_p = float(dropout_p)
-
-
-def _backward_extras(ctx, rng_state, alibi_slopes):
-    """The bwd ops' trailing arguments: alibi_slopes, dropout_p, rng_state (None without dropout)."""
-    return (alibi_slopes[0] if alibi_slopes else None, ctx.dropout_p, rng_state if ctx.dropout_p > 0 else None)
-
-
-def _fwd_setup_context(ctx, inputs, output):
-    q, k, v = inputs[:3]
-    out, lse, rng_state = output
-    ctx.mark_non_differentiable(lse, rng_state)  # gradients flow through out only
-    if HAS_BACKWARD:
-        # softmax_scale, causal, deterministic, window_left, window_right, softcap, alibi_slopes,
-        # dropout_p (defaults filled in)
-        _save_for_backward(ctx, (q, k, v, out, lse), tuple(inputs[3:]) + _FWD_DEFAULTS[len(inputs) - 3:],
-                           rng_state)
-
-
-def _require_backward() -> None:
-    if not HAS_BACKWARD:
-        raise NotImplementedError(
-            "flash_attn_cuda: this build has no backward pass (it was built with FLASH_ATTN_CUDA_BACKWARD=0); "
-            "rebuild without that flag to train with it")
-
-
-def _fwd_backward(ctx, grad_out, grad_lse, grad_rng_state):
-    _require_backward()
-    q, k, v, out, lse, rng_state, *alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = _ops.bwd(grad_out.contiguous(), q, k, v, out, lse, *ctx.options,
-                          *_backward_extras(ctx, rng_state, alibi_slopes))
-    return (dq, dk, dv) + (None,) * len(_FWD_DEFAULTS)
-
-
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic=False, window_left=-1,
               window_right=-1, softcap=0.0, alibi_slopes=None, dropout_p=0.0, rng_state=None):
     # dq like q, dk/dv like k/v (contiguous)
@@ -206,24 +160,6 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((nheads, total_q), dtype=torch.float32, device=q.device)
     return out, lse, _rng_state_like(q, dropout_p)
-
-
-def _fwd_varlen_setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
-    out, lse, rng_state = output
-    ctx.mark_non_differentiable(lse, rng_state)
-    if HAS_BACKWARD:
-        # max_seqlen_q, max_seqlen_k, then fwd's options (defaults filled in) as in _fwd_setup_context
-        _save_for_backward(ctx, (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k),
-                           tuple(inputs[5:]) + _FWD_DEFAULTS[len(inputs) - 7:], rng_state)
-
-
-def _fwd_varlen_backward(ctx, grad_out, grad_lse, grad_rng_state):
-    _require_backward()
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, *alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = _ops.bwd_varlen(grad_out.contiguous(), q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.options,
-                                 *_backward_extras(ctx, rng_state, alibi_slopes))
-    return (dq, dk, dv) + (None,) * (4 + len(_FWD_DEFAULTS))
 
 
 def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -243,14 +179,12 @@ def _dropout_mask_fake(rng_state, batch, nheads, seqlen_q, seqlen_k, dropout_p):
     return torch.empty((batch, nheads, seqlen_q, seqlen_k), dtype=torch.bool, device=rng_state.device)
 
 
-# The ops exist only when the extension loaded: register their fake impls and autograd then.
+# The ops exist only when the extension loaded: register their fake impls then. Their autograd is C++
+# (csrc/binding_autograd.cpp: the backward calls op bwd / bwd_varlen, through these fakes when traced).
 if HAS_EXTENSION:
     torch.library.register_fake("flash_attn_cuda::fwd", _fwd_fake)
-    torch.library.register_autograd("flash_attn_cuda::fwd", _fwd_backward, setup_context=_fwd_setup_context)
     torch.library.register_fake("flash_attn_cuda::fwd_varlen", _fwd_varlen_fake)
     torch.library.register_fake("flash_attn_cuda::dropout_mask", _dropout_mask_fake)
-    torch.library.register_autograd("flash_attn_cuda::fwd_varlen", _fwd_varlen_backward,
-                                    setup_context=_fwd_varlen_setup_context)
     if HAS_BACKWARD:
         torch.library.register_fake("flash_attn_cuda::bwd", _bwd_fake)
         torch.library.register_fake("flash_attn_cuda::bwd_varlen", _bwd_varlen_fake)

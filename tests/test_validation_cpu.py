@@ -3,6 +3,7 @@ GPU, exactly as torch.compile sees the op while tracing. Tests that reach the op
 autograd wiring, the raw op's checks) need the built extension; the validators alone do not."""
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import flash_attn_cuda
 from flash_attn_cuda import _ops, attention
@@ -130,38 +131,57 @@ def test_backward_fake_shapes(fake):
     assert dq.dtype == dk.dtype == dv.dtype == DTYPE
 
 
+class _OpRecorder(TorchDispatchMode):
+    """The ops dispatched under it (the autograd thread's too: it inherits the mode stack)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def _check_backward_wiring(out, inputs, bwd_op):
+    """out's backward node (C++ autograd, csrc/binding_autograd.cpp; called directly: autograd's engine
+    wants a real GPU for CUDA tensors, fake or not) runs bwd_op and gives gradients shaped like the
+    inputs (backward builds), or raises NotImplementedError naming the build flag."""
+    from flash_attn_cuda import _ops
+    backward = lambda: out.grad_fn(torch.empty_like(out), None, None)  # d out, d lse, d rng_state
+    if not _ops.HAS_BACKWARD:
+        with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
+            backward()
+        return
+    with _OpRecorder() as recorder:
+        grads = backward()
+    assert f"flash_attn_cuda.{bwd_op}" in recorder.ops, recorder.ops
+    grads, rest = grads[:len(inputs)], grads[len(inputs):]  # rest: cu_seqlens_q / _k (varlen): no gradient
+    assert [g.shape for g in grads] == [t.shape for t in inputs]
+    assert [g.dtype for g in grads] == [t.dtype for t in inputs]
+    assert all(g is None for g in rest), rest
+
+
 @needs_extension
 def test_autograd_wiring(fake):
-    """out is differentiable, lse is not; the backward either calls the bwd op (backward
-    builds) or raises NotImplementedError naming the build flag."""
-    import types
-
-    from flash_attn_cuda import _ops
+    """out is differentiable, lse is not; the backward calls the bwd op (backward builds) or raises
+    NotImplementedError naming the build flag."""
     q = t(2, 50, 4, HDIM).requires_grad_(True)
     k = t(2, 40, 2, HDIM).requires_grad_(True)
     v = t(2, 40, 2, HDIM).requires_grad_(True)
     out, lse = attention(q, k, v, causal=True, return_lse=True)
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
-    rng_state = torch.empty(0, dtype=torch.int64, device="cuda")  # no dropout
-    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, rng_state),
-                                options=(0.1, True, False, -1, 0, 0.0), dropout_p=0.0)
-    if _ops.HAS_BACKWARD:
-        dq, dk, dv, *nones = _ops._fwd_backward(ctx, torch.empty_like(out), None, None)
-        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 8  # softmax_scale, causal, deterministic, window_left/right, softcap, alibi, dropout_p
-    else:
-        with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
-            _ops._fwd_backward(ctx, torch.empty_like(out), None, None)
+    _check_backward_wiring(out, (q, k, v), "bwd")
 
 
 @needs_extension
 def test_varlen_fake_shapes_and_autograd_wiring(fake):
     """attention_varlen on fake tensors: output/LSE shapes, and the backward calls bwd_varlen
     (backward builds) with gradients shaped like the packed inputs."""
-    import types
-
-    from flash_attn_cuda import _ops, attention_varlen
+    from flash_attn_cuda import attention_varlen
+    if not _ops.HAS_FEATURES:
+        pytest.skip("attention_varlen needs the feature kernels (this build: FLASH_ATTN_CUDA_FEATURES=0)")
     q = t(150, 8, HDIM).requires_grad_(True)   # (total_q, nheads, d)
     k = t(90, 2, HDIM).requires_grad_(True)    # (total_k, nheads_k, d)
     v = t(90, 2, HDIM).requires_grad_(True)
@@ -170,17 +190,7 @@ def test_varlen_fake_shapes_and_autograd_wiring(fake):
     out, lse = attention_varlen(q, k, v, cu_q, cu_k, 100, 50, causal=True, return_lse=True)
     assert out.shape == q.shape and lse.shape == (8, 150) and lse.dtype == torch.float32
     assert out.requires_grad and not lse.requires_grad
-    rng_state = torch.empty(0, dtype=torch.int64, device="cuda")  # no dropout
-    ctx = types.SimpleNamespace(saved_tensors=(q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k,
-                                               rng_state),
-                                options=(100, 50, 0.1, True, False, -1, 0, 0.0), dropout_p=0.0)
-    if _ops.HAS_BACKWARD:
-        dq, dk, dv, *nones = _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None, None)
-        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-        assert nones == [None] * 12  # cu_seqlens_q/k, max_seqlen_q/k and fwd's eight options
-    else:
-        with pytest.raises(NotImplementedError, match="FLASH_ATTN_CUDA_BACKWARD"):
-            _ops._fwd_varlen_backward(ctx, torch.empty_like(out), None, None)
+    _check_backward_wiring(out, (q, k, v), "bwd_varlen")
 
 
 @needs_extension
