@@ -93,6 +93,20 @@ def test_sm90_more_tiles_than_sms(layout, causal, hdim):
     check(q, k, v, causal)
 
 
+@pytest.mark.parametrize("hdim", [d for d in HDIMS if d in (128, 256)])
+def test_sm90_causal_long_sequences_many_heads(hdim):
+    """Long causal sequences (35-70 K/V blocks of very unequal length per head), 7 heads, seqlen_k !=
+    seqlen_q: the shapes a reordering of the causal tiles (NOTES "Thirteenth session": longest first
+    in head groups, tried and not kept) has to get right."""
+    torch.manual_seed(hdim)
+    seqlen_q = 4400 if hdim == 128 else 2200
+    dtype = DTYPES[0]
+    q = rand(1, seqlen_q, 7, hdim, dtype=dtype)
+    k = rand(1, seqlen_q + 100, 7, hdim, dtype=dtype)
+    v = rand(1, seqlen_q + 100, 7, hdim, dtype=dtype)
+    check(q, k, v, causal=True)
+
+
 @pytest.mark.parametrize("hdim", HDIMS)
 def test_sm90_strided_gradients(hdim):
     qkv = rand(2, 300, 3, 4, hdim, dtype=DTYPES[-1])  # q, k, v interleaved: row stride 3 * 4 * hdim
