@@ -8,8 +8,6 @@ Why: benchmarks/NOTES.md "Thirteenth session" (our fwd+bwd is host-bound at 1k, 
 import argparse
 import cProfile
 import pstats
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -17,17 +15,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flash_attn_cuda
 from flash_attn_cuda import _validate, attention
+from profile_fwdbwd import host_ms  # scripts/ is the script's own directory: on sys.path
 
 
 def host_us(fn, iters):
-    times = []
-    for _ in range(iters):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(times)
+    return host_ms(fn, iters) * 1e3
 
 
 def pieces(q, k, v, dout, causal):
