@@ -66,10 +66,10 @@ variable_list finish_forward(AutogradContext* ctx, const Tensors3& result) {
   return {out, lse, rng_state};
 }
 
-// The bwd ops' trailing arguments from the saved alibi_slopes (undefined = none) and rng_state.
+#ifdef FLASH_ATTN_CUDA_BACKWARD
+// The bwd ops' alibi_slopes argument from the saved tensor (undefined = none).
 OptTensor optional_of(const at::Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; }
-
-#ifndef FLASH_ATTN_CUDA_BACKWARD
+#else
 [[noreturn]] void refuse_backward() {
   TORCH_CHECK_NOT_IMPLEMENTED(false, "flash_attn_cuda: this build has no backward pass (it was built with "
                               "FLASH_ATTN_CUDA_BACKWARD=0); rebuild without that flag to train with it");
@@ -89,9 +89,11 @@ struct FwdFunction : torch::autograd::Function<FwdFunction> {
     static const auto op = op_handle<FwdSig>("flash_attn_cuda::fwd");
     const Tensors3 result = op.call(q, k, v, softmax_scale, causal, deterministic, window_left, window_right,
                                     softcap, alibi_slopes, dropout_p);
+#ifdef FLASH_ATTN_CUDA_BACKWARD  // a forward-only build keeps nothing alive for a backward that can only refuse
     const auto& [out, lse, rng_state] = result;
     ctx->save_for_backward({q, k, v, out, lse, rng_state, alibi_slopes.value_or(at::Tensor())});
     SavedOptions{softmax_scale, causal, deterministic, window_left, window_right, softcap, dropout_p}.save(ctx);
+#endif
     return finish_forward(ctx, result);
   }
 
@@ -132,12 +134,14 @@ struct FwdVarlenFunction : torch::autograd::Function<FwdVarlenFunction> {
     const Tensors3 result = op.call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                                     causal, deterministic, window_left, window_right, softcap, alibi_slopes,
                                     dropout_p);
+#ifdef FLASH_ATTN_CUDA_BACKWARD
     const auto& [out, lse, rng_state] = result;
     ctx->save_for_backward({q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state,
                             alibi_slopes.value_or(at::Tensor())});
     ctx->saved_data["max_q"] = max_seqlen_q;
     ctx->saved_data["max_k"] = max_seqlen_k;
     SavedOptions{softmax_scale, causal, deterministic, window_left, window_right, softcap, dropout_p}.save(ctx);
+#endif
     return finish_forward(ctx, result);
   }
 

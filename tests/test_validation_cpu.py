@@ -132,21 +132,33 @@ def test_backward_fake_shapes(fake):
 
 
 class _OpRecorder(TorchDispatchMode):
-    """The ops dispatched under it (the autograd thread's too: it inherits the mode stack)."""
+    """The ops dispatched under it: calls[i] = (name, {argument: value}), defaults filled in (dispatch
+    drops trailing arguments that equal their defaults)."""
 
     def __init__(self):
         super().__init__()
-        self.ops = []
+        self.calls = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        bound = {}
+        for i, a in enumerate(func._schema.arguments):
+            if i < len(args):
+                bound[a.name] = args[i]
+            elif a.name in kwargs:
+                bound[a.name] = kwargs[a.name]
+            elif a.has_default_value():
+                bound[a.name] = a.default_value
+        self.calls.append((str(func.overloadpacket), bound))
+        return func(*args, **kwargs)
 
 
-def _check_backward_wiring(out, inputs, bwd_op):
+def _check_backward_wiring(out, inputs, bwd_op, options, dropout=False, alibi=None):
     """out's backward node (C++ autograd, csrc/binding_autograd.cpp; called directly: autograd's engine
-    wants a real GPU for CUDA tensors, fake or not) runs bwd_op and gives gradients shaped like the
-    inputs (backward builds), or raises NotImplementedError naming the build flag."""
+    wants a real GPU for CUDA tensors, fake or not) calls bwd_op once with the forward's options (a dict
+    of bwd_op's argument names), its rng_state exactly when there is dropout and its alibi_slopes, and
+    gives gradients shaped like the inputs (backward builds); or raises NotImplementedError naming the
+    build flag."""
     from flash_attn_cuda import _ops
     backward = lambda: out.grad_fn(torch.empty_like(out), None, None)  # d out, d lse, d rng_state
     if not _ops.HAS_BACKWARD:
@@ -155,42 +167,72 @@ def _check_backward_wiring(out, inputs, bwd_op):
         return
     with _OpRecorder() as recorder:
         grads = backward()
-    assert f"flash_attn_cuda.{bwd_op}" in recorder.ops, recorder.ops
+    calls = [bound for name, bound in recorder.calls if name == f"flash_attn_cuda.{bwd_op}"]
+    assert len(calls) == 1, [name for name, _ in recorder.calls]
+    bound = calls[0]
+    assert {name: bound[name] for name in options} == options
+    assert (bound["rng_state"] is not None) == dropout
+    assert (bound["alibi_slopes"] is None) == (alibi is None)
+    if alibi is not None:
+        assert bound["alibi_slopes"].shape == alibi.shape
     grads, rest = grads[:len(inputs)], grads[len(inputs):]  # rest: cu_seqlens_q / _k (varlen): no gradient
     assert [g.shape for g in grads] == [t.shape for t in inputs]
     assert [g.dtype for g in grads] == [t.dtype for t in inputs]
     assert all(g is None for g in rest), rest
 
 
+def _wiring_cases():
+    """(kwargs of attention(), the bwd op's options they must arrive as): every option off its default;
+    those that need the feature kernels only where this build has them."""
+    cases = [(dict(softmax_scale=0.3, causal=True, deterministic=True),
+              dict(softmax_scale=0.3, causal=True, deterministic=True, window_left=-1, window_right=0,
+                   softcap=0.0, dropout_p=0.0))]
+    if _ops.HAS_EXTENSION and _ops.HAS_FEATURES:
+        cases.append((dict(dropout_p=0.25, softmax_scale=0.2, window_size=(7, 3), softcap=5.0,
+                           alibi_slopes=torch.ones(4, device="cuda")),
+                      dict(softmax_scale=0.2, causal=False, deterministic=False, window_left=7, window_right=3,
+                           softcap=5.0, dropout_p=0.25)))
+    return cases
+
+
 @needs_extension
-def test_autograd_wiring(fake):
-    """out is differentiable, lse is not; the backward calls the bwd op (backward builds) or raises
-    NotImplementedError naming the build flag."""
+@pytest.mark.parametrize("case", range(2))
+def test_autograd_wiring(fake, case):
+    """out is differentiable, lse is not; the backward calls the bwd op with the forward's options
+    (backward builds) or raises NotImplementedError naming the build flag."""
+    cases = _wiring_cases()
+    if case >= len(cases):
+        pytest.skip("the options that need the feature kernels (this build: FLASH_ATTN_CUDA_FEATURES=0)")
+    kwargs, options = cases[case]
     q = t(2, 50, 4, HDIM).requires_grad_(True)
     k = t(2, 40, 2, HDIM).requires_grad_(True)
     v = t(2, 40, 2, HDIM).requires_grad_(True)
-    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    out, lse = attention(q, k, v, **kwargs, return_lse=True)
     assert out.requires_grad and out.grad_fn is not None
     assert not lse.requires_grad
-    _check_backward_wiring(out, (q, k, v), "bwd")
+    _check_backward_wiring(out, (q, k, v), "bwd", options, dropout=kwargs.get("dropout_p", 0) > 0,
+                           alibi=kwargs.get("alibi_slopes"))
 
 
 @needs_extension
-def test_varlen_fake_shapes_and_autograd_wiring(fake):
-    """attention_varlen on fake tensors: output/LSE shapes, and the backward calls bwd_varlen
-    (backward builds) with gradients shaped like the packed inputs."""
+@pytest.mark.parametrize("case", range(2))
+def test_varlen_fake_shapes_and_autograd_wiring(fake, case):
+    """attention_varlen on fake tensors: output/LSE shapes, and the backward calls bwd_varlen (backward
+    builds) with the forward's options and max_seqlens, gradients shaped like the packed inputs."""
     from flash_attn_cuda import attention_varlen
     if not _ops.HAS_FEATURES:
         pytest.skip("attention_varlen needs the feature kernels (this build: FLASH_ATTN_CUDA_FEATURES=0)")
-    q = t(150, 8, HDIM).requires_grad_(True)   # (total_q, nheads, d)
+    kwargs, options = _wiring_cases()[case]
+    q = t(150, 4, HDIM).requires_grad_(True)   # (total_q, nheads, d)
     k = t(90, 2, HDIM).requires_grad_(True)    # (total_k, nheads_k, d)
     v = t(90, 2, HDIM).requires_grad_(True)
     cu_q = torch.tensor([0, 100, 150], dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0, 40, 90], dtype=torch.int32, device="cuda")
-    out, lse = attention_varlen(q, k, v, cu_q, cu_k, 100, 50, causal=True, return_lse=True)
-    assert out.shape == q.shape and lse.shape == (8, 150) and lse.dtype == torch.float32
+    out, lse = attention_varlen(q, k, v, cu_q, cu_k, 100, 50, **kwargs, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (4, 150) and lse.dtype == torch.float32
     assert out.requires_grad and not lse.requires_grad
-    _check_backward_wiring(out, (q, k, v), "bwd_varlen")
+    _check_backward_wiring(out, (q, k, v), "bwd_varlen", dict(options, max_seqlen_q=100, max_seqlen_k=50),
+                           dropout=kwargs.get("dropout_p", 0) > 0, alibi=kwargs.get("alibi_slopes"))
 
 
 @needs_extension
