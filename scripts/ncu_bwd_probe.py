@@ -9,20 +9,16 @@ matched to calls (each backward launches a pre-pass, the main kernel and a dQ co
 """
 import argparse
 
-import torch
-
 from flash_attn_cuda import bench
 from ncu_probe import profile_calls  # scripts/ is the script's own directory: on sys.path
-
-DT = torch.bfloat16
+from profile_fwdbwd import grid_inputs
 
 
 def calls_for(hdim, seqlen, causal):
     """One backward of ours and of cuDNN on the same inputs, as flash_attn_cuda.bench times it
     (make_bwd's 'bwd': the graph of one forward kept, autograd.grad over it)."""
-    batch, nheads = bench.grid_shape(seqlen, hdim, tokens=16384, hidden=2048)
-    inputs = bench.random_inputs((batch, seqlen, nheads, hdim), DT, n_tensors=4, n_sets=1, seed=0)
-    tag = f"d={hdim} {batch}x{seqlen} {'causal' if causal else 'full'}"
+    inputs = grid_inputs(hdim, seqlen)
+    tag = f"d={hdim} {inputs[0][0].shape[0]}x{seqlen} {'causal' if causal else 'full'}"
     calls = []
     for impl in ("flash_attn_cuda", "sdpa_cudnn"):
         bwd = bench.make_bwd(impl, inputs, causal)["bwd"]

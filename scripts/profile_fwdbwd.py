@@ -23,11 +23,17 @@ from torch.profiler import ProfilerActivity, profile
 from flash_attn_cuda import bench
 
 
+def grid_inputs(hdim, seqlen):
+    """One set of random (never zero) bf16 q, k, v, dout at an FA2-grid point (16k tokens, 2048 hidden),
+    as flash_attn_cuda.bench makes them."""
+    batch, nheads = bench.grid_shape(seqlen, hdim, tokens=16384, hidden=2048)
+    return bench.random_inputs((batch, seqlen, nheads, hdim), torch.bfloat16, n_tensors=4, n_sets=1, seed=0)
+
+
 def step_fns(hdim, seqlen, causal, pass_name="fwdbwd"):
     """{impl: a callable running one pass}: flash_attn_cuda.bench's own pass_name ('fwdbwd', 'fwd', 'bwd' of make_bwd)
-    on one set of random inputs (never zeros), so what is timed here is what the bench timed."""
-    batch, nheads = bench.grid_shape(seqlen, hdim, tokens=16384, hidden=2048)
-    inputs = bench.random_inputs((batch, seqlen, nheads, hdim), torch.bfloat16, n_tensors=4, n_sets=1, seed=0)
+    on grid_inputs, so what is timed here is what the bench timed."""
+    inputs = grid_inputs(hdim, seqlen)
     fns = {impl: bench.make_bwd(impl, inputs, causal)[pass_name] for impl in ("flash_attn_cuda", "sdpa_cudnn")}
     return {impl: (lambda fn=fn: fn(0)) for impl, fn in fns.items()}
 

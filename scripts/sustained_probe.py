@@ -14,6 +14,7 @@ import time
 import torch
 
 from flash_attn_cuda import bench
+from profile_fwdbwd import grid_inputs  # scripts/ is the script's own directory: on sys.path
 
 
 def sampler():
@@ -48,8 +49,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.5)
     a = ap.parse_args()
     hdim, seqlen, causal = (int(x) for x in a.shape.split(":"))
-    batch, nheads = bench.grid_shape(seqlen, hdim, tokens=16384, hidden=2048)
-    inputs = bench.random_inputs((batch, seqlen, nheads, hdim), torch.bfloat16, n_tensors=4, n_sets=1, seed=0)
+    inputs = grid_inputs(hdim, seqlen)
     for impl in ("flash_attn_cuda", "sdpa_cudnn", "flash_attn_cuda"):
         fns = bench.make_bwd(impl, inputs, bool(causal))
         for name in ("fwd", "bwd", "fwdbwd"):
