@@ -11,9 +11,14 @@ Grid (FA2 paper): batch * seqlen = 16k tokens, hidden = nheads * headdim = 2048,
 64/128/256, seqlen 512..16k, causal and not. Forward FLOPs = 4 * batch * seqlen^2 * nheads *
 headdim (halved when causal); backward = 2.5x that, fwd+bwd = 3.5x. Times are medians over many
 runs timed with CUDA events after warm-up; inputs rotate over several buffers when one set would
-fit in L2. Direction fwd times the forward alone (inputs without grad). Direction bwd times, with
-q, k, v requiring grad and a random dout: the forward (fwd_ms), the backward alone (bwd_ms:
-autograd.grad of a graph kept from one forward) and forward + backward (fwdbwd_ms).
+fit in L2. Impl order (--order): each grid point is measured twice, impls in the given order and
+then reversed (A B B A), and each impl's two times averaged; the first impl of a point otherwise runs
+on the clocks the previous point's heavy passes left (the H200 sits at its 700 W limit in fwd+bwd
+and its clock recovers over seconds: benchmarks/NOTES.md, fourteenth session). --order ab measures
+once, in the given order (half the time). Direction fwd times the forward alone (inputs without
+grad). Direction bwd times, with q, k, v requiring grad and a random dout: the forward (fwd_ms),
+the backward alone (bwd_ms: autograd.grad of a graph kept from one forward) and forward + backward
+(fwdbwd_ms).
 
 Files: --out DIR --prefix NAME writes DIR/NAME_fwd.csv, DIR/NAME_bwd.csv, DIR/NAME.md (run header
 and one table per direction: forward, backward, fwd+bwd) and DIR/NAME_fwd.png, DIR/NAME_bwd.png,
@@ -587,6 +592,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="attention dropout probability of every timed call, ours and SDPA's (default 0)")
     p.add_argument("--impls", default=",".join(DEFAULT_IMPLS),
                    help=f"subset of {','.join(IMPLS)} (default: all but {','.join(SMEM_IMPLS)})")
+    p.add_argument("--order", default="abba", choices=["abba", "ab"],
+                   help="abba (default): each point measured twice, impls in order then reversed, times averaged; "
+                        "ab: once, in --impls order")
     p.add_argument("--tokens", type=int, default=16384, help="batch * seqlen (default 16k)")
     p.add_argument("--hidden", type=int, default=2048, help="nheads * headdim (default 2048)")
     p.add_argument("--out", metavar="DIR", help="write NAME_fwd.csv, NAME_bwd.csv, NAME.md, NAME_*.png here")
@@ -657,18 +665,52 @@ def replot(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_grid(args: argparse.Namespace, info: RunInfo) -> int:
-    """Every (direction, hdim, causal, seqlen, impl) point; tables printed and written."""
+def merge_rounds(rows: List[Row]) -> Row:
+    """One row from one impl's rounds at a grid point: every pass's ms averaged (TFLOP/s recomputed); a
+    round that failed makes the merged row the failed one."""
+    failed = [r for r in rows if r.get("error")]
+    if failed or len(rows) == 1:
+        return (failed or rows)[0]
+    merged = dict(rows[0])
+    for name in ("fwd", "bwd", "fwdbwd"):
+        times = [r.get(f"{name}_ms") for r in rows]
+        if all(isinstance(t, float) for t in times):
+            record(merged, name, statistics.fmean(times))
+    return merged
+
+
+def impl_rounds(impls: Sequence[str], order: str) -> List[str]:
+    """The impls in the order one grid point measures them: 'abba' = as given then reversed, 'ab' = once."""
+    return list(impls) + (list(reversed(impls)) if order == "abba" else [])
+
+
+def measure_grid(args: argparse.Namespace) -> Results:
+    """Every (direction, hdim, causal, seqlen) point, each impl measured per --order: direction -> rows."""
     dtype = DTYPES[args.dtype]
-    points = [(d, h, c, s, i) for d in args.directions for h in args.hdims for c in args.causals
-              for s in args.seqlens for i in args.impls]
+    points = [(d, h, c, s) for d in args.directions for h in args.hdims for c in args.causals for s in args.seqlens]
     results: Results = {d: [] for d in args.directions}
-    for direction, hdim, causal, seqlen, impl in _progress(points, "bench"):
-        row = bench_point(direction, impl, dtype, hdim, seqlen, causal, args.tokens, args.hidden)
-        results[direction].append(row)
-        if row.get("error"):
-            print(f"  {direction} {impl} hdim={hdim} seqlen={seqlen} causal={causal}: {row['error']}",
-                  file=sys.stderr)
+    for direction, hdim, causal, seqlen in _progress(points, "bench"):
+        rounds: Dict[str, List[Row]] = {impl: [] for impl in args.impls}
+        for impl in impl_rounds(args.impls, args.order):
+            rounds[impl].append(bench_point(direction, impl, dtype, hdim, seqlen, causal, args.tokens, args.hidden))
+        for impl in args.impls:
+            row = merge_rounds(rounds[impl])
+            results[direction].append(row)
+            if row.get("error"):
+                print(f"  {direction} {impl} hdim={hdim} seqlen={seqlen} causal={causal}: {row['error']}",
+                      file=sys.stderr)
+            elif len(rounds[impl]) > 1:
+                spread = {name: [r[f"{name}_ms"] for r in rounds[impl]] for name in ("fwd", "bwd", "fwdbwd")
+                          if isinstance(rounds[impl][0].get(f"{name}_ms"), float)}
+                print(f"  rounds {direction} {impl} hdim={hdim} seqlen={seqlen} causal={causal}: "
+                      + "  ".join(f"{n}_ms {' / '.join(f'{t:.4f}' for t in ts)}" for n, ts in spread.items()),
+                      file=sys.stderr)
+    return results
+
+
+def run_grid(args: argparse.Namespace, info: RunInfo) -> int:
+    """The grid measured (measure_grid); tables printed and written."""
+    results = measure_grid(args)
     report = Report(results, args.impls, preamble=info.md_header(), caption=info.caption())
     print(f"\n{report.md(args.directions)}")
     files = [Outputs(("fwd",), md=args.md, csv={"fwd": args.csv} if args.csv else {},

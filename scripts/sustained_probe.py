@@ -1,12 +1,14 @@
 """Does a pass slow down under sustained load? (GPU host; reads the clocks, changes nothing.) For ours
 and SDPA cuDNN, the bench's fwd, bwd and fwd+bwd callables (flash_attn_cuda.bench.make_bwd, one input
 set) each run back to back for --seconds, CUDA events per call, while `nvidia-smi -lms` samples the SM
-clock, power draw and temperature; per loop: the median call time of the first and last 20 calls and
-the median clock / power over the loop.
+clock, power draw and temperature; per loop: the median call time of the first and last 20 calls, the
+median clock / power over the loop and the energy per call (the GPU's energy counter read before and
+after the loop, divided by the calls).
     python scripts/sustained_probe.py [--shape 128:4096:1] [--seconds 1.5]
 Why: benchmarks/NOTES.md "Thirteenth session" (our fwd+bwd exceeds fwd + bwd by 3-16 % in the bench,
 cuDNN's does not)."""
 import argparse
+import ctypes
 import statistics
 import subprocess
 import time
@@ -27,10 +29,25 @@ def sampler():
         return None
 
 
+def energy_mj():
+    """The GPU's total energy counter (mJ since the driver loaded; NVML through ctypes, GPU 0), or None."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        handle, mj = ctypes.c_void_p(), ctypes.c_ulonglong()
+        if (nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle))
+                or nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(mj))):
+            return None
+        return float(mj.value)
+    except (OSError, AttributeError):
+        return None
+
+
 def loop(fn, seconds):
-    """Per-call event times (ms) of back-to-back calls for about `seconds`."""
+    """Per-call event times (ms) of back-to-back calls for about `seconds`, and the wall time (ms) of the
+    whole loop."""
     events = []
-    t_end = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    t_end = t0 + seconds
     while time.perf_counter() < t_end:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
@@ -40,7 +57,7 @@ def loop(fn, seconds):
         if len(events) % 50 == 0:
             torch.cuda.synchronize()  # keep the host within 50 calls of the GPU
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in events]
+    return [s.elapsed_time(e) for s, e in events], (time.perf_counter() - t0) * 1e3
 
 
 def main():
@@ -57,7 +74,10 @@ def main():
                 fns[name](0)
             torch.cuda.synchronize()
             smi = sampler()
-            times = loop(fns[name], a.seconds)
+            e0 = energy_mj()
+            times, wall = loop(fns[name], a.seconds)
+            e1 = energy_mj()
+            mj_per_call = (e1 - e0) / len(times) if e0 is not None and e1 is not None else float("nan")
             samples = []
             if smi is not None:
                 smi.terminate()
@@ -69,7 +89,9 @@ def main():
             temp = max(s[2] for s in samples) if samples else float("nan")
             print(f"{impl:16s} {name:6s} calls {len(times):5d}  first20 {statistics.median(times[:20]):7.4f}  "
                   f"last20 {statistics.median(times[-20:]):7.4f}  all {statistics.median(times):7.4f} ms  "
-                  f"sm clock {clock:6.0f} MHz  power {power:6.1f} W  temp max {temp:4.0f} C", flush=True)
+                  f"wall/call {wall / len(times):7.4f} ms  "
+                  f"sm clock {clock:6.0f} MHz  power {power:6.1f} W  temp max {temp:4.0f} C  "
+                  f"energy {mj_per_call:7.1f} mJ/call", flush=True)
 
 
 if __name__ == "__main__":

@@ -276,3 +276,35 @@ def test_dropout_option_is_checked_and_reaches_both_sides(monkeypatch):
     monkeypatch.setattr(bench.F, "scaled_dot_product_attention", lambda *a, **kw: seen.append(kw["dropout_p"]))
     bench.sdpa_fn("sdpa_flash", False)(None, None, None)
     assert seen == [0.25]
+
+
+def test_impl_rounds_abba_and_ab():
+    assert bench.impl_rounds(["a", "b"], "abba") == ["a", "b", "b", "a"]
+    assert bench.impl_rounds(["a", "b", "c"], "ab") == ["a", "b", "c"]
+    assert bench.parse_args([]).order == "abba" and bench.parse_args(["--order", "ab"]).order == "ab"
+
+
+def test_measure_grid_abba_averages(monkeypatch):
+    """Each point measures impls in order then reversed; the row holds each pass's mean ms and the TFLOP/s
+    of that mean; a failed round makes the merged row the failed one."""
+    calls, times = [], {"flash_attn_cuda": [1.0, 3.0], "sdpa_cudnn": [2.0, 2.0]}
+
+    def fake_point(direction, impl, dtype, hdim, seqlen, causal, tokens, hidden):
+        calls.append(impl)
+        row = bench.point_row(direction, impl, torch.bfloat16, hdim, seqlen, causal, 2, 4)
+        if impl == "sdpa_flash" and calls.count(impl) == 2:
+            row["error"] = "boom"
+            return row
+        bench.record(row, "fwd", times.get(impl, [5.0, 5.0])[calls.count(impl) - 1])
+        return row
+
+    monkeypatch.setattr(bench, "bench_point", fake_point)
+    args = bench.parse_args(["--directions", "fwd", "--hdims", "64", "--seqlens", "512", "--causal", "0",
+                             "--impls", "flash_attn_cuda,sdpa_cudnn,sdpa_flash"])
+    results = bench.measure_grid(args)
+    assert calls == ["flash_attn_cuda", "sdpa_cudnn", "sdpa_flash", "sdpa_flash", "sdpa_cudnn", "flash_attn_cuda"]
+    rows = {r["impl"]: r for r in results["fwd"]}
+    assert rows["flash_attn_cuda"]["fwd_ms"] == 2.0 and rows["sdpa_cudnn"]["fwd_ms"] == 2.0
+    flops = bench.attention_flops(2, 512, 4, 64, False, "fwd")
+    assert rows["flash_attn_cuda"]["fwd_tflops"] == round(flops / 2e-3 / 1e12, 1)
+    assert rows["sdpa_flash"]["error"] == "boom"
