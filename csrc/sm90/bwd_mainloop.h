@@ -12,6 +12,8 @@
 // Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
 // warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<1>); sdQ stage s is
 // rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
+// Causal: a warpgroup that sees none of block m_min's keys (first_masked) only writes zeros as its
+// part of that block's dS and runs its dQ GEMM; the pipelined loop starts at m_min + 1 for it.
 //
 // kDropout (bwd_dropout.h): each thread's 2 Philox calls of block m + 1 go to the warpgroup's shared
 // mask words before S^T of m + 1 is issued, under the dK GEMM of block m (where only dK, dV and dS^T
@@ -99,6 +101,15 @@ CUTE_DEVICE void store_pairs_shared(TensorR const& r, TensorS const& sdq) {
   }
 }
 
+// Causal: a warpgroup none of whose keys the first query block sees skips that block's S^T, dP^T, dV
+// and dK GEMMs (BwdMainloop::run, first_masked). FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED=0 computes them
+// (comparisons). Measured (H200, d = 128 causal backward, A / B / A against 0): +2.3 / +1.8 / +1.8 /
+// +1.4 % at 512 / 1k / 2k / 4k; d = 64 unchanged (benchmarks/NOTES.md, "Fourteenth session").
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED
+#define FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED 1
+#endif
+constexpr bool kBwdSkipMasked = FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED != 0;
+
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -109,6 +120,9 @@ struct BwdMainloop {
   static constexpr int kD = Traits::kHeadDim;
   static_assert(!kDropout || (kBlockM == BwdDropoutT::kQueries && Traits::kWGKeys == BwdDropoutT::kKeys),
                 "bwd_dropout.h's tile: 64 keys x 64 queries per warpgroup");
+  // The masked first block skipped (run, first_masked): causal, not the dropout variant (its mask words'
+  // order was not run on the GPU with the skip; it computes that block as before).
+  static constexpr bool kSkipMasked = kCausal && kBwdSkipMasked && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -213,34 +227,34 @@ struct BwdMainloop {
       }
     };
 
-    // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
-    // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
-    // this only when m_min < m_max).
-    PipelineState st_q, st_do;
-    mask_words(m_min);
-    pipe_q.consumer_wait(st_q);
-    wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
-    p_and_ds(m_min, st_q, st_do);
-    for (int m = m_min; m < m_max; ++m) {
-      const int i = m - m_min, ds_stage = i % kDSStages, dq_stage = i % kDQStages;
-      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
-      Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, ds_stage), Shape<Int<kWGKeys>, Int<kBlockM>>{},
+    // dS^T of block i (rdS) to this warpgroup's keys of sdS stage i % kDSStages; both warpgroups meet
+    // (each one's dQ GEMM reads every key of the stage).
+    auto share_ds = [&](int i) {
+      Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, i % kDSStages),
+                                                         Shape<Int<kWGKeys>, Int<kBlockM>>{},
                                                          make_coord(cwg, _0{})));  // this WG's dS^T
       copy(r2s_ds, tdSrdS, tdSsdSt);
       cutlass::arch::fence_view_async_shared();   // wgmma (async proxy) reads what st.shared wrote
-      cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
+      if constexpr (kSkipMasked) {
+        // The two warpgroups can meet here from different code (first_masked: one from the masked
+        // block, the other from the loop): barrier.sync, not bar.sync (.aligned: every warp the same
+        // instruction; compute-sanitizer synccheck flags the aligned form as divergent).
+        cutlass::arch::NamedBarrier(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady))
+            .arrive_and_wait_unaligned();
+      } else {
+        cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
+      }
+    };
+    auto issue_dq = [&](int i) {                  // dQ = dS K of block i (every key of sdS stage i % kDSStages)
       Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
-          sm.ds(_, _, ds_stage), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
+          sm.ds(_, _, i % kDSStages), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
       wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-      // dK last: its GEMM runs while this warpgroup hands dQ to the writer (FA3's order).
-      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
-      warpgroup_wait<1>();                        // dV, dQ done (batches complete in order)
-      warpgroup_fence_operand(tdVrdV);
-      warpgroup_fence_operand(tdQrdQ);
-      pipe_do.consumer_release(st_do);            // dP^T and dV have read dO
-      ++st_do;
-      // Stage dq_stage was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back
-      // (parity 1 on the fresh barrier passes at once for the first kDQStages blocks).
+    };
+    // dQ of block i (its GEMM waited) to sdQ stage i % kDQStages once the writer freed it, then dq_full.
+    // Stage s was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back (parity 1 on
+    // the fresh barrier passes at once for the first kDQStages blocks).
+    auto hand_dq = [&](int i) {
+      const int dq_stage = i % kDQStages;
       cutlass::arch::ClusterBarrier::wait(sm.dq_empty + dq_stage, ((i / kDQStages) & 1) ^ 1);
       Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_pi(_, _, dq_stage),
                                                     Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
@@ -248,6 +262,57 @@ struct BwdMainloop {
       store_pairs_shared(tdQrdQ, tdQsdQ);
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
+    };
+    // Causal: the first query block can see none of this warpgroup's 64 keys (consumer 1 of a tile
+    // that starts on the diagonal: keys n0 + 64 .. n0 + 127 against queries up to n0 + 63, with
+    // seqlen_q = seqlen_k). There P^T = dS^T = 0: no S^T, dP^T, dV or dK GEMM, only
+    // zeros in its keys of sdS for the dQ GEMM, which still runs (the other warpgroup's keys), and
+    // the block's Q and dO stages waited and released as usual. Only block m_min can be so: block
+    // m_min + 1's last query, (m_min + 1) kBlockM + kBlockM - 1, is at least first + kBlockM
+    // (q_block_range). At 512 / 1k causal (128 keys, 64-query blocks) this is 4 of 40 / 8 of 144
+    // warpgroup steps. The pipelined loop below then starts at m_min + 1 (its stages count from m_min).
+    const bool first_masked =
+        kSkipMasked && key0 > m_min * kBlockM + kBlockM - 1 + seqlen_k - seqlen_q;
+    PipelineState st_q, st_do;
+    if (first_masked) {
+      pipe_q.consumer_wait(st_q);
+      pipe_do.consumer_wait(st_do);
+      CUTE_UNROLL
+      for (int j = 0; j < size(rdS); ++j) { rdS(j) = Element(0.f); }
+      share_ds(0);
+      issue_dq(0);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdQrdQ);
+      pipe_do.consumer_release(st_do);
+      ++st_do;
+      pipe_q.consumer_release(st_q);
+      ++st_q;
+      hand_dq(0);
+    }
+    const int m_first = m_min + (first_masked ? 1 : 0);
+
+    // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
+    // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
+    // this only when m_min < m_max).
+    if (m_first < m_max) {
+      mask_words(m_first);
+      pipe_q.consumer_wait(st_q);
+      wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+      p_and_ds(m_first, st_q, st_do);
+    }
+    for (int m = m_first; m < m_max; ++m) {
+      const int i = m - m_min;
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
+      share_ds(i);
+      issue_dq(i);
+      // dK last: its GEMM runs while this warpgroup hands dQ to the writer (FA3's order).
+      wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+      warpgroup_wait<1>();                        // dV, dQ done (batches complete in order)
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe_do.consumer_release(st_do);            // dP^T and dV have read dO
+      ++st_do;
+      hand_dq(i);
       if (m + 1 < m_max) {
         mask_words(m + 1);                        // under dK, before S^T adds 32 live registers
         // S^T of the next block into tSrS (dead since rP), queued behind dK.
