@@ -13,6 +13,8 @@
 #   scripts/gpu_check.sh                         build + tests + benchmark
 #   SKIP_BENCH=1 scripts/gpu_check.sh            build + tests
 #   TESTS="tests/test_attention_gpu.py -k compile" BENCH_ARGS="--hdims 128" scripts/gpu_check.sh
+#   BENCH_ARGS="--order ab" scripts/gpu_check.sh  the grid measured once per point (half the time of the
+#                                                default A B B A; flash_attn_cuda/bench.py --order)
 #   CHECK_MATRIX=1 scripts/gpu_check.sh          also make bench-cpp + benchmarks/cpp/check_matrix.sh
 #   TUNE="96:128x64x4x1 96:64x64x4x1" scripts/gpu_check.sh     also run benchmarks/cpp/tune_fwd.sh
 #   TUNE_BWD="128:64x128x8x2x4x2" scripts/gpu_check.sh          also run benchmarks/cpp/tune_bwd.sh
