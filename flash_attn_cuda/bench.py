@@ -285,6 +285,9 @@ def record(row: Row, name: str, ms: float) -> None:
         row[f"{name}_tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
 
 
+PASSES = ("fwd", "bwd", "fwdbwd")  # what a row can time: its {pass}_ms columns
+
+
 def measure_fwd(row: Row, impl: str, inputs: List[tuple], causal: bool) -> None:
     """Time impl's forward over inputs (q, k, v sets) into row."""
     record(row, "fwd", time_cuda(make_fwd(impl, inputs, causal), len(inputs)))
@@ -294,7 +297,7 @@ def measure_bwd(row: Row, impl: str, inputs: List[tuple], causal: bool) -> None:
     """Time impl's forward, backward and fwd+bwd over inputs (q, k, v, dout sets) into row."""
     _check_backward(impl)
     fns = make_bwd(impl, inputs, causal)
-    for name in ("fwd", "bwd", "fwdbwd"):
+    for name in PASSES:
         record(row, name, time_cuda(fns[name], len(inputs)))
 
 
@@ -665,6 +668,12 @@ def replot(args: argparse.Namespace) -> int:
     return 0
 
 
+def round_times(rows: List[Row]) -> Dict[str, List[float]]:
+    """Pass -> its ms in each of one impl's rounds at a grid point, for the passes every round timed."""
+    return {name: [r[f"{name}_ms"] for r in rows] for name in PASSES
+            if all(isinstance(r.get(f"{name}_ms"), float) for r in rows)}
+
+
 def merge_rounds(rows: List[Row]) -> Row:
     """One row from one impl's rounds at a grid point: every pass's ms averaged (TFLOP/s recomputed); a
     round that failed makes the merged row the failed one."""
@@ -672,10 +681,8 @@ def merge_rounds(rows: List[Row]) -> Row:
     if failed or len(rows) == 1:
         return (failed or rows)[0]
     merged = dict(rows[0])
-    for name in ("fwd", "bwd", "fwdbwd"):
-        times = [r.get(f"{name}_ms") for r in rows]
-        if all(isinstance(t, float) for t in times):
-            record(merged, name, statistics.fmean(times))
+    for name, times in round_times(rows).items():
+        record(merged, name, statistics.fmean(times))
     return merged
 
 
@@ -700,10 +707,9 @@ def measure_grid(args: argparse.Namespace) -> Results:
                 print(f"  {direction} {impl} hdim={hdim} seqlen={seqlen} causal={causal}: {row['error']}",
                       file=sys.stderr)
             elif len(rounds[impl]) > 1:
-                spread = {name: [r[f"{name}_ms"] for r in rounds[impl]] for name in ("fwd", "bwd", "fwdbwd")
-                          if isinstance(rounds[impl][0].get(f"{name}_ms"), float)}
                 print(f"  rounds {direction} {impl} hdim={hdim} seqlen={seqlen} causal={causal}: "
-                      + "  ".join(f"{n}_ms {' / '.join(f'{t:.4f}' for t in ts)}" for n, ts in spread.items()),
+                      + "  ".join(f"{n}_ms {' / '.join(f'{t:.4f}' for t in ts)}"
+                                  for n, ts in round_times(rounds[impl]).items()),
                       file=sys.stderr)
     return results
 
