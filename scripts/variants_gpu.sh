@@ -24,15 +24,17 @@ variant() {  # variant NAME DEFINES...: /tmp/v_NAME/flash_attn_cuda with UNITS r
 import re, shlex, subprocess, sys
 log, d, units, defs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
 lines = open(log).read().splitlines()
-objs = {}
-for unit in units:
+objs, procs = {}, []
+for unit in units:  # the units of one variant compile side by side
     cc = next(l for l in lines if "nvcc" in l and "/" + unit + " " in l)
     args = shlex.split(re.sub(r"^\[\d+/\d+\] ", "", cc))
     if "-MD" in args:
         i = args.index("-MD"); del args[i:i + 3]           # no depfile into the base build dir
     args[args.index("-o") + 1] = f"{d}/{unit}"
-    subprocess.run(args + defs, check=True)
+    procs.append(subprocess.Popen(args + defs))
     objs[unit] = f"{d}/{unit}"
+if any([proc.wait() != 0 for proc in procs]):  # every unit waited for
+    sys.exit("variant: a unit failed to compile")
 ld = next(l for l in lines if l.startswith("/opt/gcc/bin/g++") and "-shared" in l)
 args = shlex.split(ld)
 args = [next((o for u, o in objs.items() if a.endswith("/" + u)), a) for a in args]

@@ -27,22 +27,19 @@ cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStr
   return cudaGetLastError();
 }
 
-template <class Traits, bool kDropout>
+template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = BwdTma<Traits>::make_params(params);
-  const bool causal = is_causal(params);
   if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
     if constexpr (Traits::kDQByTma) {
       if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }
-      return causal ? launch_bwd_kernel<Traits, true, kDropout, true>(kp, stream)
-                    : launch_bwd_kernel<Traits, false, kDropout, true>(kp, stream);
+      return launch_bwd_kernel<Traits, kCausal, kDropout, true>(kp, stream);
     } else {
       return cudaErrorInvalidValue;  // never a silently non-deterministic dQ
     }
   }
-  return causal ? launch_bwd_kernel<Traits, true, kDropout, false>(kp, stream)
-                : launch_bwd_kernel<Traits, false, kDropout, false>(kp, stream);
+  return launch_bwd_kernel<Traits, kCausal, kDropout, false>(kp, stream);
 }
 
 // kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
@@ -53,7 +50,9 @@ cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   cudaError_t err = launch_bwd_prepass<Element, kHeadDim>(params, stream);
   if (err != cudaSuccess) { return err; }
-  err = launch_bwd_main<BwdTraitsFor<Element, kHeadDim>, kDropout>(params, stream);
+  // The causal kernels may have a tile of their own (bwd_tile_table.h stages / dq_stages).
+  err = is_causal(params) ? launch_bwd_main<BwdTraitsFor<Element, kHeadDim, true>, true, kDropout>(params, stream)
+                          : launch_bwd_main<BwdTraitsFor<Element, kHeadDim, false>, false, kDropout>(params, stream);
   if (err != cudaSuccess) { return err; }
   return launch_bwd_convert_dq<Element, kHeadDim>(params, stream);
 }

@@ -12,22 +12,47 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct BwdTile;
 
-// d = 64: 64 query rows per step, 2 stages: Q, dO 2 x 2 x 8 KB, K, V 2 x 16 KB, dS 2 x 16 KB, dQ fp32
-// 2 x 16 KB = 128 KB; each consumer's dQ part is 64 x 32 (K in 64-byte swizzle, bwd_traits.h). FA3's
-// 128 x 128 compiles here with wgmma serialised for lack of registers (ptxas C7512: S^T and dP^T
-// are 64 x 128 per warpgroup, 64 registers each).
+// stages(causal): Q / dO pipeline stages; dq_stages(causal): sdQ buffers of the dQ writer (bwd_traits.h).
+// A tile may pick them per causality: the causal and the non-causal kernels are separate instances
+// either way (bwd_launch.h), so this costs no build time.
+
+// d = 64: 64 query rows per step; each consumer's dQ part is 64 x 32 (K in 64-byte swizzle,
+// bwd_traits.h). FA3's 128 x 128 compiles here with wgmma serialised for lack of registers (ptxas
+// C7512: S^T and dP^T are 64 x 128 per warpgroup, 64 registers each).
+// Non-causal 4 Q / dO stages and 3 sdQ stages: Q, dO 2 x 4 x 8 KB, K, V 2 x 16 KB, dS 2 x 16 KB, dQ fp32
+// 3 x 16 KB = 176 KB. Causal 2 and 2 (128 KB). H200 bf16, backward TFLOP/s at 512 / 1k / 2k / 4k, in
+// the fifteenth session's device calls (benchmarks/NOTES.md), 2 and 2 against 4 and 3 in the same call:
+//   non-causal 263.3 / 332.1 / 360.8 / 402.8 -> 269.0 / 336.7 / 371.6 / 414.8 (call 2),
+//              264.1 / 332.4 / 359.0 / 405.8 -> 269.5 / 338.6 / 368.1 / 418.1 (call 3): +2-3 %;
+//   causal     169.8 / 248.3 / 319.9 / 349.8 -> 167.6 / 245.3 / 315.2 / 344.0 (call 3): -1-2 %, so 2 and 2.
+// 3 and 2 or 2 and 3 alone gained 1 % non-causal (call 2). This tile, A B B A with cuDNN (call 4,
+// results/h200_bwd64st.md): non-causal 265.7 / 338.8 / 376.7 / 411.5 = 0.95 / 0.96 / 0.95 / 0.96x cuDNN
+// (0.93-0.95x before, results/h200_fwdbwd14.md). Deeper still (calls 6 and 7, non-causal, 512 / 1k / 2k / 4k):
+// 6 and 3 271.6 / 343.2 / 372.3 / 412.7 against this tile's 269.5 / 340.3 / 378.0 / 413.4 and 269.0 / 340.5 /
+// 370.4 / 416.7 in the same run (within noise), 4 and 4 below 6 and 3 at 512 / 1k in its run: 4 and 3 stay;
+// 2 and 2 in that run 262.9 / 330.9 / 358.0 / 405.1.
+// FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES / _NC_DQ_STAGES: the non-causal pair, for comparisons
+// (scripts/variants_gpu.sh).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES
+#define FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES 4
+#endif
+#ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES
+#define FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES 3
+#endif
 template <>
 struct BwdTile<64> {
   static constexpr int kBlockM = 64;
-  static constexpr int kStages = 2;
+  static constexpr int stages(bool causal) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES; }
+  static constexpr int dq_stages(bool causal) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES; }
 };
 
-// d = 128: 64 query rows per step (FA3's causal 64 x 128), 2 stages: Q, dO 2 x 2 x 16 KB, K, V
-// 2 x 32 KB, dS 2 x 16 KB, dQ fp32 2 x 32 KB = 224 KB (+ LSE / delta rows and barriers: 226 KB of 227).
+// d = 128: 64 query rows per step (FA3's causal 64 x 128), 2 stages and 2 sdQ stages: Q, dO 2 x 2 x 16 KB,
+// K, V 2 x 32 KB, dS 2 x 16 KB, dQ fp32 2 x 32 KB = 224 KB (+ LSE / delta rows and barriers: 226 KB of 227).
 template <>
 struct BwdTile<128> {
   static constexpr int kBlockM = 64;
-  static constexpr int kStages = 2;
+  static constexpr int stages(bool) { return 2; }
+  static constexpr int dq_stages(bool) { return 2; }
 };
 
 // d = 256: the role-split tile (bwd_traits_split.h): 64 keys per CTA, consumer 0 S^T / P^T / dV,
@@ -40,12 +65,14 @@ struct BwdTile<128> {
 template <>
 struct BwdTile<256> {
   static constexpr int kBlockM = 64;
-  static constexpr int kStages = 2;
+  static constexpr int stages(bool) { return 2; }
+  static constexpr int dq_stages(bool) { return 2; }  // no sdQ in the role-split tile
 };
 
-template <typename Element, int kHeadDim>
-using BwdTraitsFor =
-    std::conditional_t<kHeadDim == 256, BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::kBlockM, BwdTile<kHeadDim>::kStages, Element>,
-                       BwdTraits<kHeadDim, BwdTile<kHeadDim>::kBlockM, 128, BwdTile<kHeadDim>::kStages, Element>>;
+template <typename Element, int kHeadDim, bool kCausal = false>
+using BwdTraitsFor = std::conditional_t<
+    kHeadDim == 256, BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::kBlockM, BwdTile<kHeadDim>::stages(kCausal), Element>,
+    BwdTraits<kHeadDim, BwdTile<kHeadDim>::kBlockM, 128, BwdTile<kHeadDim>::stages(kCausal), Element,
+              BwdTile<kHeadDim>::dq_stages(kCausal)>>;
 
 }  // namespace flash::sm90

@@ -15,8 +15,8 @@
 //                       (SS: A = dS keys-contiguous, B = K MN-major), fp32 to shared memory; the
 //                       dQ writer (warp 1 of the producer warpgroup) issues one TMA reduce-add into
 //                       dq_accum (params.h) per query block.
-// dS and dQ are double-buffered (kDSStages, kDQStages): the consumers never wait for the reduce of
-// the previous block, nor meet a second time per block (bwd_mainloop.h has the hazards).
+// dS and dQ are double-buffered at least (kDSStages, kDQStages): the consumers never wait for the reduce
+// of the previous block, nor meet a second time per block (bwd_mainloop.h has the hazards).
 #pragma once
 
 #include <type_traits>
@@ -67,7 +67,7 @@ struct BwdOperandSmem {
 template <int kHeadDim, int kBlockM>
 inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_, int kDQStages_ = 2>
 struct BwdTraits
     : BwdOperandSmem<kHeadDim_, kBlockM_, kBlockN_, kStages_, Element_, kBwdDQCols<kHeadDim_, kBlockM_> % 64 != 0> {
   using Base = BwdOperandSmem<kHeadDim_, kBlockM_, kBlockN_, kStages_, Element_,
@@ -80,7 +80,7 @@ struct BwdTraits
   static constexpr bool kRoleSplit = false; // both consumers run the same steps on their own keys
   static constexpr bool kDQByTma = true;    // sdQ + the dQ writer warp's TMA reduce-add
   static constexpr int kDSStages = 2;       // sdS buffers: block m + 1 writes dS while m's dQ GEMM may read
-  static constexpr int kDQStages = 2;       // sdQ buffers: block m + 1 writes dQ while m's reduce reads
+  static constexpr int kDQStages = kDQStages_;  // sdQ buffers (>= 2): block m + 1 writes dQ while m's reduce reads
   static constexpr int kNConsumerWG = 2;
   static constexpr int kWGKeys = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
@@ -94,6 +94,7 @@ struct BwdTraits
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM is the N of the S^T wgmma and one or two dQ row blocks");
+  static_assert(kDQStages >= 2, "the consumers fill sdQ stage i + 1 while the reduce of stage i reads");
   static_assert(kDQCols % 64 == 0 || kDQCols == 32, "dQ column split at whole swizzle atoms of K");
 
   using TileSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T per consumer
