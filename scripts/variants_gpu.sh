@@ -25,7 +25,7 @@ import re, shlex, subprocess, sys
 log, d, units, defs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
 lines = open(log).read().splitlines()
 objs, procs = {}, []
-for unit in units:  # the units of one variant compile side by side
+for unit in units:  # side by side: variants x units nvcc at once (not MAX_JOBS; a few GB each)
     cc = next(l for l in lines if "nvcc" in l and "/" + unit + " " in l)
     args = shlex.split(re.sub(r"^\[\d+/\d+\] ", "", cc))
     if "-MD" in args:

@@ -6,12 +6,12 @@
 // end of block i - 1, behind its dK; p_and_ds then issues dP^T, computes P^T = exp2(S^T * scale_log2 -
 // LSE_log2) while dP^T runs and dS^T = P^T (dP^T - D), both to Element): dV += P^T dO issued (RS),
 // dS^T to sdS stage i % 2; both warpgroups meet (named barrier kDSReady); dQ = dS K (SS) and
-// dK += dS^T Q (RS) issued; dV and dQ waited, the dO stage released; dQ to sdQ stage i % 2 once the
+// dK += dS^T Q (RS) issued; dV and dQ waited, the dO stage released; dQ to sdQ stage i % kDQStages once the
 // writer freed it (dq_empty), then dq_full (every consumer thread arrives), all while dK runs; S^T
 // of block i + 1 issued behind dK; dK waited, the Q stage released; p_and_ds of block i + 1.
 // Hazards: sdS stage s is rewritten at block i + 2, after the kDSReady of block i + 1, which neither
 // warpgroup reaches before its dQ GEMM of block i completed (warpgroup_wait<1>); sdQ stage s is
-// rewritten at block i + 2 only after dq_empty says the reduce of block i read it.
+// rewritten at block i + kDQStages only after dq_empty says the reduce of block i read it.
 // Causal: a warpgroup that sees none of block m_min's keys (first_masked) only writes zeros as its
 // part of that block's dS and runs its dQ GEMM; the pipelined loop starts at m_min + 1 for it.
 //
@@ -109,6 +109,13 @@ CUTE_DEVICE void store_pairs_shared(TensorR const& r, TensorS const& sdq) {
 #define FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED 1
 #endif
 constexpr bool kBwdSkipMasked = FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED != 0;
+// Experiment: FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT=1 skips it in the dropout variant too (the
+// skipping warpgroup then makes no mask words for that block; its words and their barrier are its own,
+// bwd_dropout.h). Compiled (fifteenth session), not yet run on a GPU: default 0.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT
+#define FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT 0
+#endif
+constexpr bool kBwdSkipMaskedDropout = FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT != 0;
 
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
@@ -120,9 +127,9 @@ struct BwdMainloop {
   static constexpr int kD = Traits::kHeadDim;
   static_assert(!kDropout || (kBlockM == BwdDropoutT::kQueries && Traits::kWGKeys == BwdDropoutT::kKeys),
                 "bwd_dropout.h's tile: 64 keys x 64 queries per warpgroup");
-  // The masked first block skipped (run, first_masked): causal, not the dropout variant (its mask words'
-  // order was not run on the GPU with the skip; it computes that block as before).
-  static constexpr bool kSkipMasked = kCausal && kBwdSkipMasked && !kDropout;
+  // The masked first block skipped (run, first_masked): causal; the dropout variant only under
+  // kBwdSkipMaskedDropout (not yet run on the GPU with the skip; by default it computes that block).
+  static constexpr bool kSkipMasked = kCausal && kBwdSkipMasked && (!kDropout || kBwdSkipMaskedDropout);
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,

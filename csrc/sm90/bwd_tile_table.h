@@ -69,7 +69,8 @@ struct BwdTile<256> {
   static constexpr int dq_stages(bool) { return 2; }  // no sdQ in the role-split tile
 };
 
-template <typename Element, int kHeadDim, bool kCausal = false>
+// kCausal has no default: the causal and non-causal kernels may have different tiles.
+template <typename Element, int kHeadDim, bool kCausal>
 using BwdTraitsFor = std::conditional_t<
     kHeadDim == 256, BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::kBlockM, BwdTile<kHeadDim>::stages(kCausal), Element>,
     BwdTraits<kHeadDim, BwdTile<kHeadDim>::kBlockM, 128, BwdTile<kHeadDim>::stages(kCausal), Element,
