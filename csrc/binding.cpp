@@ -226,6 +226,14 @@ flash::FwdFamily family_from_env() {
   TORCH_CHECK(false, "flash_attn_cuda: FLASH_ATTN_CUDA_FAMILY must be sm80, sm90 or auto (or unset), got '", raw, "'");
 }
 
+// FLASH_ATTN_CUDA_POISON_SCRATCH=1 (tests), read on every backward call: the backward's dq_accum is
+// filled with NaN before the launch, so a kernel that reads a dQ tile nobody initialised fails the
+// gradient checks instead of reading whatever the allocator handed out (often zeros).
+bool poison_scratch_from_env() {
+  const char* raw = std::getenv("FLASH_ATTN_CUDA_POISON_SCRATCH");
+  return raw != nullptr && std::string(raw) == "1";
+}
+
 // What served this thread's last forward call (fwd, fwd_varlen): "sm80", "sm90", "decode" (the
 // KV-cache kernel, for decode-like shapes), "none" (empty inputs: no kernel), "" before any call.
 // Tests read it (last_fwd_family op) to check which family really ran.
@@ -687,6 +695,7 @@ void launch_backward(flash::BwdParams& p, const at::Tensor& dout, const at::Tens
     delta = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
     lse_log2 = at::empty({p.batch, nheads, p.seqlen_q_rounded}, f32);
   }
+  if (poison_scratch_from_env()) { dq_accum.fill_(std::numeric_limits<float>::quiet_NaN()); }
   p.dq_accum_ptr = dq_accum.data_ptr<float>(), p.delta_ptr = delta.data_ptr<float>();
   p.lse_log2_ptr = lse_log2.data_ptr<float>();
   flash::FwdFamily family = flash::FwdFamily::kSm80;  // the family run_bwd launched

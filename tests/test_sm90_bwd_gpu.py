@@ -57,6 +57,29 @@ def test_sm90_gradients(seqlen_q, seqlen_k, causal, hdim, dtype):
     check(q, k, v, causal)
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("hdim", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(65, 129), (1000, 200), (200, 1000), (300, 300)])
+def test_sm90_gradients_on_poisoned_scratch(seqlen_q, seqlen_k, causal, hdim, deterministic, monkeypatch):
+    """dq_accum filled with NaN before every launch (FLASH_ATTN_CUDA_POISON_SCRATCH=1): whoever initialises
+    it (the pre-pass's zeros, or under FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST each tile's first K/V block), no
+    tile is read uninitialised. (1000, 200) causal has query rows that see no key (dQ = 0 there, and no
+    K/V block adds into their tiles)."""
+    if deterministic and hdim == 256:
+        pytest.skip("deterministic d = 256 runs the sm80 kernels (sm90/bwd_supports.h)")
+    monkeypatch.setenv("FLASH_ATTN_CUDA_POISON_SCRATCH", "1")
+    torch.manual_seed(seqlen_q + 3 * seqlen_k + hdim)
+    dtype = DTYPES[0]
+    q = rand(2, seqlen_q, 3, hdim, dtype=dtype)
+    k = rand(2, seqlen_k, 3, hdim, dtype=dtype)
+    v = rand(2, seqlen_k, 3, hdim, dtype=dtype)
+    assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=causal, deterministic=deterministic),
+                           lambda a, b, c, dt: attention_ref(a, b, c, causal, compute_dtype=dt)[0],
+                           (q, k, v), torch.randn_like(q))
+    assert flash_attn_cuda._ops.last_bwd_family() == "sm90", flash_attn_cuda._ops.last_bwd_family()
+
+
 @pytest.mark.parametrize("hdim", HDIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nheads,nheads_k", [(8, 2), (6, 1)])

@@ -25,6 +25,7 @@
 
 #include "../dropout.h"
 #include "../params.h"
+#include "bwd_api.h"  // kBwdStoreFirst
 #include "bwd_dropout.h"
 #include "bwd_mainloop.h"
 #include "bwd_mainloop_split.h"
@@ -167,20 +168,46 @@ CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
   return p.dq_semaphore_ptr + head_row0 + m * (Traits::kBlockM / kBwdSemaphoreRows);
 }
 
-template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class GDQ>
-CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, GDQ const& gdQ, int m_min, int m_max,
-                              const BwdParams& p, int n_block) {
+// kBwdStoreFirst (bwd_api.h) with the semaphores given: the first block to reach each tile stores
+// instead of adding (dq_turns.h: a ticket; deterministic: turn 0), and the others wait for its store.
+template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class TmaDQStore, class GDQ>
+CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unused]] TmaDQStore const& tma_dq_store,
+                              GDQ const& gdQ, int m_min, int m_max, const BwdParams& p, int n_block) {
   constexpr int kS = Traits::kDQStages;
-  // (TMA, stage) and (TMA, m_blocks)
+  // (TMA, stage) and (TMA, m_blocks); the store descriptor has the same boxes, so the same partition
   auto [tdQgdQ, tdQsdQ] = tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
+  [[maybe_unused]] const bool store_first = kBwdStoreFirst && p.dq_semaphore_ptr != nullptr;
 #pragma unroll 1
   for (int m = m_min; m < m_max; ++m) {
     const int i = m - m_min, stage = i % kS;
     cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
-    if constexpr (kTurns) { dq_turn_wait(dq_turn_of<Traits>(p, m), dq_turn_number<Traits, kCausal>(p, m, n_block)); }
-    copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
-    tma_store_arrive();
-    if constexpr (kTurns) { dq_turn_pass(dq_turn_of<Traits>(p, m)); }
+    if constexpr (kBwdStoreFirst) {
+      bool first;
+      if constexpr (kTurns) {  // the semaphores are given (launch_bwd_main)
+        const int turn = dq_turn_number<Traits, kCausal>(p, m, n_block);
+        first = turn == 0;
+        dq_turn_wait(dq_turn_of<Traits>(p, m), turn);
+      } else {
+        first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m));
+        if (store_first && !first) { dq_first_wait(dq_turn_of<Traits>(p, m)); }
+      }
+      if (first) {
+        copy(tma_dq_store, tdQsdQ(_, stage), tdQgdQ(_, m));
+      } else {
+        copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
+      }
+      tma_store_arrive();
+      if constexpr (kTurns) {
+        dq_turn_pass(dq_turn_of<Traits>(p, m));
+      } else if (first) {
+        dq_first_pass(dq_turn_of<Traits>(p, m));
+      }
+    } else {
+      if constexpr (kTurns) { dq_turn_wait(dq_turn_of<Traits>(p, m), dq_turn_number<Traits, kCausal>(p, m, n_block)); }
+      copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
+      tma_store_arrive();
+      if constexpr (kTurns) { dq_turn_pass(dq_turn_of<Traits>(p, m)); }
+    }
     tma_store_wait<kS - 1>();  // the reduces of blocks <= i - (kS - 1) have read shared memory
     if (i >= kS - 1) { cutlass::arch::ClusterBarrier::arrive(sm.dq_empty + (i - (kS - 1)) % kS); }
   }
@@ -284,7 +311,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       if (threadIdx.x == 32) {
         Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
         Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
-        bwd_store_dq<Traits, kTurns, kCausal>(sm, kp.tma_dq, gdQ, m_min, m_max, p, n_block);
+        bwd_store_dq<Traits, kTurns, kCausal>(sm, kp.tma_dq, kp.tma_dq_store, gdQ, m_min, m_max, p, n_block);
         return;
       }
     }

@@ -1,6 +1,7 @@
 // The sm90 backward's memory-bound passes around its main kernel (plain CUDA, no wgmma): the
-// pre-pass (delta, lse_log2, dq_accum zeroed) and the dQ conversion, on the scratch layout of
-// params.h with dq_accum's rows row-major (the main kernel's TMA reduce-add writes whole rows).
+// pre-pass (delta, lse_log2, dq_accum zeroed unless kBwdStoreFirst, bwd_api.h) and the dQ conversion,
+// on the scratch layout of params.h with dq_accum's rows row-major (the main kernel's TMA reduce-add
+// writes whole rows).
 // Not varlen, one dq_accum slice, 16-byte aligned O / dO / dQ rows: what sm90::bwd_supports accepts.
 //
 // Each thread owns 8 consecutive columns of a row (one 16-byte load of O and of dO, two float4 of
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "../params.h"
+#include "dq_adders.h"
 
 namespace flash::sm90 {
 
@@ -37,15 +39,19 @@ __device__ __forceinline__ int64_t bwd_pass_row0(const BwdParams& p, int batch, 
 //   dq_accum[row, :] = 0;  delta[row] = sum_c dO[row, c] * O[row, c];  lse_log2[row] = LSE * log2(e)
 //   and, deterministic, the dQ semaphore of every kBwdSemaphoreRows rows = 0
 // Padding rows and rows that saw no key (LSE = -inf) get delta 0 and lse_log2 +inf (P = 0 there).
-template <typename Element, int kHeadDim>
+// kZeroAccum = false (kBwdStoreFirst, bwd_api.h): dq_accum is left as it is (the main kernel's first
+// block per tile stores into it).
+template <typename Element, int kHeadDim, bool kZeroAccum = true>
 __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_prepass_rows_kernel(const BwdParams p) {
   using R = BwdPassRows<kHeadDim>;
   const int lane = threadIdx.x % R::kLanesPerRow, col = lane * 8;
   const int row = blockIdx.x * R::kRows + threadIdx.x / R::kLanesPerRow, head = blockIdx.y, batch = blockIdx.z;
   const int64_t scratch_row = bwd_pass_row0(p, batch, head) + row;
-  float4* acc = reinterpret_cast<float4*>(p.dq_accum_ptr + scratch_row * kHeadDim + col);  // (8,) fp32
-  acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-  acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if constexpr (kZeroAccum) {
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum_ptr + scratch_row * kHeadDim + col);  // (8,) fp32
+    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   const bool real = row < p.seqlen_q;
   float sum = 0.f;
   if (real && col < p.headdim) {
@@ -75,14 +81,24 @@ __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_prepass_r
 }
 
 // dq[batch, row, head, :] = softmax_scale * dq_accum[row, :] in Element, rows < seqlen_q.
-template <typename Element, int kHeadDim>
+// kTileM > 0 (kBwdStoreFirst): dq_accum was not zeroed, so rows of a (kTileM-row) tile no K/V block
+// (kTileN keys each) added into (dq_tile_adders: causal rows that see no key) get dQ = 0 unread.
+template <typename Element, int kHeadDim, int kTileM = 0, int kTileN = 0>
 __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_convert_dq_rows_kernel(const BwdParams p) {
   using R = BwdPassRows<kHeadDim>;
   const int col = threadIdx.x % R::kLanesPerRow * 8;
   const int row = blockIdx.x * R::kRows + threadIdx.x / R::kLanesPerRow, head = blockIdx.y, batch = blockIdx.z;
   if (row >= p.seqlen_q || col >= p.headdim) { return; }
-  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum_ptr + (bwd_pass_row0(p, batch, head) + row) * kHeadDim + col);
-  const float4 lo = acc[0], hi = acc[1];
+  float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+  bool written = true;
+  if constexpr (kTileM > 0) {
+    const bool causal = p.window_left < 0 && p.window_right == 0;  // params.h is_causal
+    written = dq_tile_adders<kTileM, kTileN>(row / kTileM, p.seqlen_q, p.seqlen_k, causal) > 0;
+  }
+  if (written) {
+    const float4* acc = reinterpret_cast<const float4*>(p.dq_accum_ptr + (bwd_pass_row0(p, batch, head) + row) * kHeadDim + col);
+    lo = acc[0], hi = acc[1];
+  }
   const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
   uint4 packed;
   Element* out = reinterpret_cast<Element*>(&packed);
@@ -93,20 +109,20 @@ __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_convert_d
   *reinterpret_cast<uint4*>(dq) = packed;
 }
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kZeroAccum = true>
 cudaError_t launch_bwd_prepass(const BwdParams& p, cudaStream_t stream) {
   using R = BwdPassRows<kHeadDim>;
   static_assert(kBwdRowAlign % R::kRows == 0, "seqlen_q_rounded is a whole number of blocks");
   const dim3 grid(p.seqlen_q_rounded / R::kRows, p.nheads, p.batch);
-  bwd_prepass_rows_kernel<Element, kHeadDim><<<grid, R::kThreads, 0, stream>>>(p);
+  bwd_prepass_rows_kernel<Element, kHeadDim, kZeroAccum><<<grid, R::kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, int kTileM = 0, int kTileN = 0>
 cudaError_t launch_bwd_convert_dq(const BwdParams& p, cudaStream_t stream) {
   using R = BwdPassRows<kHeadDim>;
   const dim3 grid((p.seqlen_q + R::kRows - 1) / R::kRows, p.nheads, p.batch);
-  bwd_convert_dq_rows_kernel<Element, kHeadDim><<<grid, R::kThreads, 0, stream>>>(p);
+  bwd_convert_dq_rows_kernel<Element, kHeadDim, kTileM, kTileN><<<grid, R::kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -4,12 +4,14 @@
 // (seqlen_q_rounded, d, nheads, batch) as the destination of a reduce-add per (kBlockM x d) tile.
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 
 #include "../params.h"
+#include "bwd_api.h"  // kBwdStoreFirst
 #include "fwd_tma.h"  // make_gmem_bshd
 
 namespace flash::sm90 {
@@ -32,15 +34,15 @@ auto make_tma_kv_bwd(const void* ptr, const BwdParams& p, int64_t row, int64_t h
   return make_tma_atom(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutK{},
                        Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{});
 }
-// dq_accum (batch, nheads, seqlen_q_rounded, headdim_rounded) float32, row-major (params.h).
-template <class Traits>
+// dq_accum (batch, nheads, seqlen_q_rounded, headdim_rounded) float32, row-major (params.h); Op: the
+// reduce-add, or the plain store of kBwdStoreFirst's first block per tile (same boxes, same partition).
+template <class Traits, class Op = SM90_TMA_REDUCE_ADD>
 auto make_tma_dq_accum(const BwdParams& p) {
   constexpr int kD = Traits::kHeadDim;
   const int64_t head_stride = int64_t(p.seqlen_q_rounded) * kD;
   auto g = make_tensor(make_gmem_ptr(p.dq_accum_ptr), make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch),
                        make_stride(int64_t(kD), _1{}, head_stride, head_stride * p.nheads));
-  return make_tma_atom(SM90_TMA_REDUCE_ADD{}, g, take<0, 2>(typename Traits::SmemLayoutDQ{}),
-                       Shape<Int<Traits::kBlockM>, Int<kD>>{});
+  return make_tma_atom(Op{}, g, take<0, 2>(typename Traits::SmemLayoutDQ{}), Shape<Int<Traits::kBlockM>, Int<kD>>{});
 }
 
 // The dQ reduce-add descriptor where the tile has one (Traits::kDQByTma), else an empty stand-in
@@ -50,11 +52,25 @@ template <class Traits, bool = Traits::kDQByTma>
 struct BwdTmaDQ {
   using Atom = decltype(make_tma_dq_accum<Traits>(std::declval<const BwdParams&>()));
   static Atom make(const BwdParams& p) { return make_tma_dq_accum<Traits>(p); }
+  // kBwdStoreFirst's store descriptor; otherwise an empty stand-in (the default kernels' parameters
+  // keep their layout: it follows BwdTma::Params::p).
+  using StoreAtom = std::conditional_t<kBwdStoreFirst,
+                                       decltype(make_tma_dq_accum<Traits, SM90_TMA_STORE>(std::declval<const BwdParams&>())),
+                                       NoTmaDQ>;
+  static StoreAtom make_store(const BwdParams& p) {
+    if constexpr (kBwdStoreFirst) {
+      return make_tma_dq_accum<Traits, SM90_TMA_STORE>(p);
+    } else {
+      return {};
+    }
+  }
 };
 template <class Traits>
 struct BwdTmaDQ<Traits, false> {
   using Atom = NoTmaDQ;
+  using StoreAtom = NoTmaDQ;
   static Atom make(const BwdParams&) { return {}; }
+  static StoreAtom make_store(const BwdParams&) { return {}; }
 };
 
 template <class Traits>
@@ -62,6 +78,7 @@ struct BwdTma {
   using AtomQ = decltype(make_tma_qdo<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
   using AtomKV = decltype(make_tma_kv_bwd<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
   using AtomDQ = typename BwdTmaDQ<Traits>::Atom;
+  using AtomDQStore = typename BwdTmaDQ<Traits>::StoreAtom;
 
   struct Params {
     AtomQ tma_q;
@@ -70,6 +87,7 @@ struct BwdTma {
     AtomKV tma_v;
     AtomDQ tma_dq;
     BwdParams p;
+    AtomDQStore tma_dq_store;  // kBwdStoreFirst (bwd_api.h); empty otherwise
   };
 
   static Params make_params(const BwdParams& p) {
@@ -78,7 +96,8 @@ struct BwdTma {
             make_tma_kv_bwd<Traits>(p.k_ptr, p, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
             make_tma_kv_bwd<Traits>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
             BwdTmaDQ<Traits>::make(p),
-            p};
+            p,
+            BwdTmaDQ<Traits>::make_store(p)};
   }
 };
 

@@ -42,4 +42,35 @@ CUTE_DEVICE void dq_turn_pass(int* turn) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
 }
 
+// kBwdStoreFirst (bwd_api.h), not deterministic: the first K/V block to reach a tile stores its part,
+// the others add. Who is first is decided by a ticket (an atomic add of 1 on the tile's semaphore, in
+// the order the writers get there), not by block index, so a block only ever waits for one that is
+// already running (no launch-order assumption, unlike the turns). The first one, once its store has
+// completed, adds kDqStoredMark (> any number of tickets); the others wait to see it.
+constexpr int kDqStoredMark = 1 << 24;
+
+// Takes this block's ticket for the tile; true: it is the first.
+CUTE_DEVICE bool dq_first_ticket(int* sem) {
+  int ticket;
+  asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(sem) : "memory");
+  return ticket == 0;
+}
+
+// A later block, before its reduce-add: spins until the first one's store is visible (acquire).
+CUTE_DEVICE void dq_first_wait(const int* sem) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+  } while (seen < kDqStoredMark);
+  asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduce-add reads what the acquire made visible
+}
+
+// The first block, after its store was issued and committed: waits until it has written dq_accum,
+// then marks the tile stored (release).
+CUTE_DEVICE void dq_first_pass(int* sem) {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(sem), "n"(kDqStoredMark) : "memory");
+}
+
 }  // namespace flash::sm90
