@@ -231,7 +231,7 @@ flash::FwdFamily family_from_env() {
 // gradient checks instead of reading whatever the allocator handed out (often zeros).
 bool poison_scratch_from_env() {
   const char* raw = std::getenv("FLASH_ATTN_CUDA_POISON_SCRATCH");
-  return raw != nullptr && std::string(raw) == "1";
+  return raw != nullptr && raw[0] == '1' && raw[1] == '\0';
 }
 
 // What served this thread's last forward call (fwd, fwd_varlen): "sm80", "sm90", "decode" (the
