@@ -57,23 +57,31 @@ def test_sm90_gradients(seqlen_q, seqlen_k, causal, hdim, dtype):
     check(q, k, v, causal)
 
 
+# (batch, seqlen_q, seqlen_k, nheads, nheads_k): ragged tile edges; rows that see no key when causal
+# (1000, 200); GQA; and many CTAs per dQ tile (32 K/V blocks of 128 keys adding into every tile, 512
+# CTAs against 132 SMs), where an add that overtook a tile's first store would lose a block's part.
+POISON_SHAPES = [(2, 65, 129, 3, 3), (2, 1000, 200, 3, 3), (2, 200, 1000, 3, 3), (2, 300, 300, 3, 3),
+                 (2, 150, 333, 8, 2), (2, 1024, 4096, 8, 8)]
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("hdim", HDIMS)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("seqlen_q,seqlen_k", [(65, 129), (1000, 200), (200, 1000), (300, 300)])
-def test_sm90_gradients_on_poisoned_scratch(seqlen_q, seqlen_k, causal, hdim, deterministic, monkeypatch):
+@pytest.mark.parametrize("shape", POISON_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_sm90_gradients_on_poisoned_scratch(shape, causal, hdim, deterministic, monkeypatch):
     """dq_accum filled with NaN before every launch (FLASH_ATTN_CUDA_POISON_SCRATCH=1): whoever initialises
     it (the pre-pass's zeros, or under FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST each tile's first K/V block), no
-    tile is read uninitialised. (1000, 200) causal has query rows that see no key (dQ = 0 there, and no
-    K/V block adds into their tiles)."""
+    tile is read uninitialised (NaN in dq) nor added to before it was stored (a lost part: dq off the
+    reference)."""
     if deterministic and hdim == 256:
         pytest.skip("deterministic d = 256 runs the sm80 kernels (sm90/bwd_supports.h)")
     monkeypatch.setenv("FLASH_ATTN_CUDA_POISON_SCRATCH", "1")
-    torch.manual_seed(seqlen_q + 3 * seqlen_k + hdim)
+    batch, seqlen_q, seqlen_k, nheads, nheads_k = shape
+    torch.manual_seed(seqlen_q + 3 * seqlen_k + hdim + nheads_k)
     dtype = DTYPES[0]
-    q = rand(2, seqlen_q, 3, hdim, dtype=dtype)
-    k = rand(2, seqlen_k, 3, hdim, dtype=dtype)
-    v = rand(2, seqlen_k, 3, hdim, dtype=dtype)
+    q = rand(batch, seqlen_q, nheads, hdim, dtype=dtype)
+    k = rand(batch, seqlen_k, nheads_k, hdim, dtype=dtype)
+    v = rand(batch, seqlen_k, nheads_k, hdim, dtype=dtype)
     assert_grads_fa2_close(lambda a, b, c: attention(a, b, c, causal=causal, deterministic=deterministic),
                            lambda a, b, c, dt: attention_ref(a, b, c, causal, compute_dtype=dt)[0],
                            (q, k, v), torch.randn_like(q))

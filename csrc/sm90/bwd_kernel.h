@@ -8,8 +8,8 @@
 // The role-split tile (Traits::kRoleSplit, bwd_traits_split.h, d = 256): no sdQ and no writer (dQ by
 // vector reductions from the consumers, red_dq); consumer 0 runs BwdMainloopSplit::run_p_dv and
 // stores dV, consumer 1 run_ds_dk and stores dK.
-// The pre-pass (delta, LSE_log2 into the padded scratch, dq_accum zeroed) and the dQ conversion are
-// sm90/bwd_passes.h's, launched around this kernel by run_bwd_ (bwd_launch.h).
+// The pre-pass (delta, LSE_log2 into the padded scratch, dq_accum zeroed unless kBwdStoreFirst) and
+// the dQ conversion are sm90/bwd_passes.h's, launched around this kernel by run_bwd_ (bwd_launch.h).
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
 // kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h; the role-split
 // tile: bwd_mainloop_split.h), a variant of its own (instantiations/sm90_bwd_*_dropout.cu); its mask

@@ -50,18 +50,25 @@ cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   using TraitsNC = BwdTraitsFor<Element, kHeadDim, false>;
   // kBwdStoreFirst (bwd_api.h): no zeroed dq_accum for the tiles with the dQ writer, given the semaphores.
-  const bool store_first = kBwdStoreFirst && TraitsNC::kDQByTma && params.dq_semaphore_ptr != nullptr;
-  cudaError_t err = store_first ? launch_bwd_prepass<Element, kHeadDim, false>(params, stream)
-                                : launch_bwd_prepass<Element, kHeadDim>(params, stream);
+  constexpr bool kStoreFirstTile = kBwdStoreFirst && TraitsNC::kDQByTma;
+  [[maybe_unused]] const bool store_first = kStoreFirstTile && params.dq_semaphore_ptr != nullptr;
+  cudaError_t err = cudaSuccess;
+  if constexpr (kStoreFirstTile) {  // (the default build compiles only the zeroing pre-pass)
+    err = store_first ? launch_bwd_prepass<Element, kHeadDim, false>(params, stream)
+                      : launch_bwd_prepass<Element, kHeadDim>(params, stream);
+  } else {
+    err = launch_bwd_prepass<Element, kHeadDim>(params, stream);
+  }
   if (err != cudaSuccess) { return err; }
   // The causal kernels may have a tile of their own (bwd_tile_table.h stages / dq_stages).
   err = is_causal(params) ? launch_bwd_main<BwdTraitsFor<Element, kHeadDim, true>, true, kDropout>(params, stream)
                           : launch_bwd_main<BwdTraitsFor<Element, kHeadDim, false>, false, kDropout>(params, stream);
   if (err != cudaSuccess) { return err; }
-  if constexpr (kBwdStoreFirst && TraitsNC::kDQByTma) {
+  if constexpr (kStoreFirstTile) {
     static_assert(BwdTraitsFor<Element, kHeadDim, true>::kBlockM == TraitsNC::kBlockM &&
-                      BwdTraitsFor<Element, kHeadDim, true>::kBlockN == TraitsNC::kBlockN,
-                  "one tile shape for the unwritten rows of both kernels");
+                      BwdTraitsFor<Element, kHeadDim, true>::kBlockN == TraitsNC::kBlockN &&
+                      BwdTraitsFor<Element, kHeadDim, true>::kDQByTma == TraitsNC::kDQByTma,
+                  "one tile shape and one dQ path for the pre-pass, the conversion and both kernels");
     if (store_first) {
       return launch_bwd_convert_dq<Element, kHeadDim, TraitsNC::kBlockM, TraitsNC::kBlockN>(params, stream);
     }

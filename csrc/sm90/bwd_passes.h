@@ -37,7 +37,7 @@ __device__ __forceinline__ int64_t bwd_pass_row0(const BwdParams& p, int batch, 
 
 // For every row < seqlen_q_rounded of (batch = blockIdx.z, head = blockIdx.y):
 //   dq_accum[row, :] = 0;  delta[row] = sum_c dO[row, c] * O[row, c];  lse_log2[row] = LSE * log2(e)
-//   and, deterministic, the dQ semaphore of every kBwdSemaphoreRows rows = 0
+//   and, where given (deterministic, or kBwdStoreFirst), the dQ semaphore of every kBwdSemaphoreRows rows = 0
 // Padding rows and rows that saw no key (LSE = -inf) get delta 0 and lse_log2 +inf (P = 0 there).
 // kZeroAccum = false (kBwdStoreFirst, bwd_api.h): dq_accum is left as it is (the main kernel's first
 // block per tile stores into it).

@@ -54,11 +54,13 @@ struct BwdTmaDQ {
   static Atom make(const BwdParams& p) { return make_tma_dq_accum<Traits>(p); }
   // kBwdStoreFirst's store descriptor; otherwise an empty stand-in (the default kernels' parameters
   // keep their layout: it follows BwdTma::Params::p).
-  using StoreAtom = std::conditional_t<kBwdStoreFirst,
+  template <bool kStoreFirst>
+  using StoreAtom = std::conditional_t<kStoreFirst,
                                        decltype(make_tma_dq_accum<Traits, SM90_TMA_STORE>(std::declval<const BwdParams&>())),
                                        NoTmaDQ>;
-  static StoreAtom make_store(const BwdParams& p) {
-    if constexpr (kBwdStoreFirst) {
+  template <bool kStoreFirst>
+  static StoreAtom<kStoreFirst> make_store(const BwdParams& p) {
+    if constexpr (kStoreFirst) {
       return make_tma_dq_accum<Traits, SM90_TMA_STORE>(p);
     } else {
       return {};
@@ -68,17 +70,22 @@ struct BwdTmaDQ {
 template <class Traits>
 struct BwdTmaDQ<Traits, false> {
   using Atom = NoTmaDQ;
+  template <bool>
   using StoreAtom = NoTmaDQ;
   static Atom make(const BwdParams&) { return {}; }
-  static StoreAtom make_store(const BwdParams&) { return {}; }
+  template <bool>
+  static NoTmaDQ make_store(const BwdParams&) { return {}; }
 };
 
-template <class Traits>
+// kStoreFirst (default: the build's kBwdStoreFirst) is part of the type, so units compiled with and
+// without FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST never share a Params / make_params / kernel symbol of
+// different layouts (a variant build that recompiles only some units links safely).
+template <class Traits, bool kStoreFirst = kBwdStoreFirst>
 struct BwdTma {
   using AtomQ = decltype(make_tma_qdo<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
   using AtomKV = decltype(make_tma_kv_bwd<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
   using AtomDQ = typename BwdTmaDQ<Traits>::Atom;
-  using AtomDQStore = typename BwdTmaDQ<Traits>::StoreAtom;
+  using AtomDQStore = typename BwdTmaDQ<Traits>::template StoreAtom<kStoreFirst>;
 
   struct Params {
     AtomQ tma_q;
@@ -97,7 +104,7 @@ struct BwdTma {
             make_tma_kv_bwd<Traits>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
             BwdTmaDQ<Traits>::make(p),
             p,
-            BwdTmaDQ<Traits>::make_store(p)};
+            BwdTmaDQ<Traits>::template make_store<kStoreFirst>(p)};
   }
 };
 
