@@ -78,16 +78,17 @@ cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStr
 #endif
 }
 
-// Any tile (the C++ harness times several); run_fwd_ uses the tile table's. The variant must match
-// the call: a dropout call on the plain kernel (or the reverse) is an error, never a silent no-op.
-template <class Traits, bool kDropout = false>
+// Any tile (the C++ harness times several; TraitsCausal: the causal calls', by default the same);
+// run_fwd_ uses the tile table's. The variant must match the call: a dropout call on the plain kernel
+// (or the reverse) is an error, never a silent no-op.
+template <class Traits, bool kDropout = false, class TraitsCausal = Traits>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
-  const auto kp = FwdTma<Traits>::make_params(params);
-  const bool causal = is_causal(params);
-  return causal ? launch_fwd_kernel<Traits, true, kDropout>(kp, stream)
-                : launch_fwd_kernel<Traits, false, kDropout>(kp, stream);
+  if (is_causal(params)) {
+    return launch_fwd_kernel<TraitsCausal, true, kDropout>(FwdTma<TraitsCausal>::make_params(params), stream);
+  }
+  return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
 }
 
 template <typename Element, int kHeadDim, bool kDropout>
@@ -97,7 +98,8 @@ cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
                     fwd_draws_tiles(kHeadDim, false, kDropout),
                 "fwd_draws_tiles (the dispatch's counter check) must cover every tile that draws its tiles");
 #endif
-  return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout>(params, stream);
+  return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout, FwdTraitsFor<Element, kHeadDim, kDropout, true>>(
+      params, stream);
 }
 
 }  // namespace flash::sm90

@@ -38,12 +38,20 @@ struct FwdTile;
 // blocks loaded further ahead): 2 stages 425-428 / 441-442 / 491 / 516-517 TFLOP/s at 512 / 1k / 4k / 16k,
 // causal 228-229 / 296-298 / 440-441 / 508-509; 3: 429 / 438 / 492 / 517, causal 231 / 303 / 441 / 510;
 // 4: 439 / 440 / 492 / 517, causal 228 / 298 / 441 / 509. Within noise: 2 stays.
+// Experiment (fifteenth session, compiled, not yet run): FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG=2 gives the
+// causal kernel its own 128 x 128 two-warpgroup tile (no idle warpgroups in the last tile of 512 / 1k
+// rows, 4 / 8 tiles of 128 against 2.7 / 5.3 of 192); causal 512 / 1k are 0.88 / 0.91x cuDNN with 192 x 128
+// (results/h200_fwd14.md). Default 3: the non-causal tile.
+#ifndef FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG
+#define FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG 3
+#endif
 template <>
 struct FwdTile<64> {
   static constexpr int kBlockN = 128;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 3;
+  static constexpr int kNConsumerWGCausal = FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG;
   static constexpr int kNConsumerWGDropout = 2;
 };
 
@@ -64,6 +72,7 @@ struct FwdTile<128> {
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGCausal = kNConsumerWG;
   static constexpr int kNConsumerWGDropout = 2;
 };
 
@@ -79,12 +88,16 @@ struct FwdTile<256> {
   static constexpr int kBlockNDropout = 64;
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 2;
+  static constexpr int kNConsumerWGCausal = kNConsumerWG;
   static constexpr int kNConsumerWGDropout = 2;
 };
 
-template <typename Element, int kHeadDim, bool kDropout = false>
-using FwdTraitsFor = FwdTraits<kHeadDim, kDropout ? FwdTile<kHeadDim>::kBlockNDropout : FwdTile<kHeadDim>::kBlockN,
-                               FwdTile<kHeadDim>::kStages, Element, true,
-                               kDropout ? FwdTile<kHeadDim>::kNConsumerWGDropout : FwdTile<kHeadDim>::kNConsumerWG>;
+// kCausal: the causal kernel's tile (kNConsumerWGCausal; the dropout variant keeps its own).
+template <typename Element, int kHeadDim, bool kDropout = false, bool kCausal = false>
+using FwdTraitsFor =
+    FwdTraits<kHeadDim, kDropout ? FwdTile<kHeadDim>::kBlockNDropout : FwdTile<kHeadDim>::kBlockN,
+              FwdTile<kHeadDim>::kStages, Element, true,
+              kDropout ? FwdTile<kHeadDim>::kNConsumerWGDropout
+                       : (kCausal ? FwdTile<kHeadDim>::kNConsumerWGCausal : FwdTile<kHeadDim>::kNConsumerWG)>;
 
 }  // namespace flash::sm90
