@@ -181,32 +181,30 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unuse
   for (int m = m_min; m < m_max; ++m) {
     const int i = m - m_min, stage = i % kS;
     cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
+    // first: this block stores the tile (kBwdStoreFirst) instead of adding into it.
+    [[maybe_unused]] bool first = false;
+    if constexpr (kTurns) {  // the semaphores are given (launch_bwd_main)
+      const int turn = dq_turn_number<Traits, kCausal>(p, m, n_block);
+      first = kBwdStoreFirst && turn == 0;
+      dq_turn_wait(dq_turn_of<Traits>(p, m), turn);
+    } else if constexpr (kBwdStoreFirst) {
+      first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m));
+      if (store_first && !first) { dq_first_wait(dq_turn_of<Traits>(p, m)); }
+    }
     if constexpr (kBwdStoreFirst) {
-      bool first;
-      if constexpr (kTurns) {  // the semaphores are given (launch_bwd_main)
-        const int turn = dq_turn_number<Traits, kCausal>(p, m, n_block);
-        first = turn == 0;
-        dq_turn_wait(dq_turn_of<Traits>(p, m), turn);
-      } else {
-        first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m));
-        if (store_first && !first) { dq_first_wait(dq_turn_of<Traits>(p, m)); }
-      }
       if (first) {
         copy(tma_dq_store, tdQsdQ(_, stage), tdQgdQ(_, m));
       } else {
         copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
       }
-      tma_store_arrive();
-      if constexpr (kTurns) {
-        dq_turn_pass(dq_turn_of<Traits>(p, m));
-      } else if (first) {
-        dq_first_pass(dq_turn_of<Traits>(p, m));
-      }
     } else {
-      if constexpr (kTurns) { dq_turn_wait(dq_turn_of<Traits>(p, m), dq_turn_number<Traits, kCausal>(p, m, n_block)); }
       copy(tma_dq, tdQsdQ(_, stage), tdQgdQ(_, m));
-      tma_store_arrive();
-      if constexpr (kTurns) { dq_turn_pass(dq_turn_of<Traits>(p, m)); }
+    }
+    tma_store_arrive();
+    if constexpr (kTurns) {
+      dq_turn_pass(dq_turn_of<Traits>(p, m));
+    } else if constexpr (kBwdStoreFirst) {
+      if (first) { dq_first_pass(dq_turn_of<Traits>(p, m)); }
     }
     tma_store_wait<kS - 1>();  // the reduces of blocks <= i - (kS - 1) have read shared memory
     if (i >= kS - 1) { cutlass::arch::ClusterBarrier::arrive(sm.dq_empty + (i - (kS - 1)) % kS); }

@@ -25,22 +25,34 @@ namespace flash::sm90 {
 // results/h200_det_desc.md). Both bit-identical run to run, sanitizers clean.
 constexpr bool kDqTurnsCausalDescending = true;
 
-// The dQ writer before the reduce-add of its tile: spins until *turn == n (acquire).
-CUTE_DEVICE void dq_turn_wait(const int* turn, int n) {
+// The semaphore primitives the turns and the store-first tickets share.
+// Spins until ready(*sem) (acquire), then the proxy fence: the TMA reduce-add that follows (async
+// proxy) reads what the acquire made visible.
+template <class Ready>
+CUTE_DEVICE void dq_sem_wait(const int* sem, Ready ready) {
   int seen;
   do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(turn) : "memory");
-  } while (seen != n);
-  asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduce-add reads what the acquire made visible
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+  } while (!ready(seen));
+  asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
-// After the reduce-add was issued and committed (tma_store_arrive): waits until it has written
-// dq_accum (not only read shared memory), then passes the turn on (release).
-CUTE_DEVICE void dq_turn_pass(int* turn) {
+// After a TMA store or reduce-add into dq_accum was issued and committed (tma_store_arrive): waits
+// until it has written dq_accum (not only read shared memory), then adds kAdd to *sem (release).
+template <int kAdd>
+CUTE_DEVICE void dq_sem_release_after_bulk(int* sem) {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   asm volatile("fence.proxy.async.global;" ::: "memory");
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(sem), "n"(kAdd) : "memory");
 }
+
+// The dQ writer before the reduce-add of its tile: spins until *turn == n.
+CUTE_DEVICE void dq_turn_wait(const int* turn, int n) {
+  dq_sem_wait(turn, [n](int seen) { return seen == n; });
+}
+
+// After its reduce-add: passes the turn on.
+CUTE_DEVICE void dq_turn_pass(int* turn) { dq_sem_release_after_bulk<1>(turn); }
 
 // kBwdStoreFirst (bwd_api.h), not deterministic: the first K/V block to reach a tile stores its part,
 // the others add. Who is first is decided by a ticket (an atomic add of 1 on the tile's semaphore, in
@@ -56,21 +68,12 @@ CUTE_DEVICE bool dq_first_ticket(int* sem) {
   return ticket == 0;
 }
 
-// A later block, before its reduce-add: spins until the first one's store is visible (acquire).
+// A later block, before its reduce-add: spins until the first one's store is visible.
 CUTE_DEVICE void dq_first_wait(const int* sem) {
-  int seen;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-  } while (seen < kDqStoredMark);
-  asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduce-add reads what the acquire made visible
+  dq_sem_wait(sem, [](int seen) { return seen >= kDqStoredMark; });
 }
 
-// The first block, after its store was issued and committed: waits until it has written dq_accum,
-// then marks the tile stored (release).
-CUTE_DEVICE void dq_first_pass(int* sem) {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(sem), "n"(kDqStoredMark) : "memory");
-}
+// The first block, after its store: marks the tile stored.
+CUTE_DEVICE void dq_first_pass(int* sem) { dq_sem_release_after_bulk<kDqStoredMark>(sem); }
 
 }  // namespace flash::sm90
