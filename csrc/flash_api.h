@@ -91,8 +91,8 @@ KernelTile bwd_tile(const BwdParams& params);
 // (varlen: num_dq_splits * nheads * varlen_scratch_rows * headdim_rounded).
 int bwd_dq_accum_splits(const BwdParams& params, int num_sms);
 // How many int32 dq_semaphore_ptr needs: batch * nheads * seqlen_q_rounded / kBwdSemaphoreRows when
-// a deterministic call will run the sm90 backward (its dQ adds take turns there), or, built with
-// FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST (sm90/bwd_api.h), any call of its d <= 128 tiles; else 0. Call
+// a deterministic call will run the sm90 backward (its dQ adds take turns there), or a call of an sm90
+// kernel that stores each dQ tile's first part (sm90/bwd_api.h bwd_store_first); else 0. Call
 // with every field but the scratch pointers set (seqlen_q_rounded and family included); then
 // bwd_dq_accum_splits is 1.
 int64_t bwd_dq_semaphores(const BwdParams& params);

@@ -230,7 +230,7 @@ struct KvCacheParams : FwdParams {
 // gradients, and float32 scratch the caller allocates, with rows padded to seqlen_q_rounded =
 // bwd_rows_rounded(seqlen_q) so the kernels index them without bounds checks:
 //   dq_accum: (num_dq_splits, batch, nheads, seqlen_q_rounded, headdim_rounded), zeroed by the
-//             launch (sm90 under kBwdStoreFirst: each tile stored into before it is added to;
+//             launch (sm90 store-first kernels, sm90/bwd_api.h: each tile stored into before it is added to;
 //             num_dq_splits from bwd_dq_accum_splits()); each kBlockM-row tile in the main
 //             kernel's order (sm80: thread-major, bwd_kernel.h dq_accum_tile; sm90: row-major)
 //   delta:    (batch, nheads, seqlen_q_rounded) = rowsum(dO * O), written by the pre-pass

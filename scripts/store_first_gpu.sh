@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One device call for the sm90 backward's store-first experiment (FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST,
-# csrc/sm90/bwd_api.h; benchmarks/NOTES.md "Fifteenth session"): builds d = 64 / 128 bf16 with the
-# backward, recompiles the dispatch (it sizes the semaphores by the macro) and the two sm90 backward units
-# with the macro into /tmp/v_sf (scripts/variants_gpu.sh), benchmarks base / sf / base with cuDNN, runs
-# the sm90 backward tests on sf (test_sm90_gradients_on_poisoned_scratch among them), then from sf the
-# sanitizers (plain and deterministic, dq_accum poisoned) and the kernel timeline of both builds
-# (the pre-pass's time: ~69 us before, ~35 us expected). Needs the nvidia-cutlass wheel in .whl/.
+# One device call comparing the sm90 backward's store-first dQ tiles on every d = 64 / 128 call
+# (FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST=1, "sf") against the build's default (2: bwd_store_first's
+# per-kernel choice, csrc/sm90/bwd_api.h; benchmarks/NOTES.md "Sixteenth session"): builds d = 64 / 128
+# bf16 with the backward, recompiles the dispatch (it sizes the semaphores by the macro) and the two sm90
+# backward units with the macro into /tmp/v_sf (scripts/variants_gpu.sh), benchmarks base / sf / base
+# with cuDNN, runs the sm90 backward tests on sf (test_sm90_gradients_on_poisoned_scratch among them),
+# then from sf the sanitizers (plain and deterministic, dq_accum poisoned) and the kernel timeline of
+# both builds. Needs the nvidia-cutlass wheel in .whl/.
 #   OUT=$OUT scripts/store_first_gpu.sh
 set -uo pipefail
 REPO=$PWD

@@ -2,7 +2,7 @@
 compiled for the host (g++), against the kernel's own rule for which query blocks a K/V block walks
 (bwd_kernel.h q_block_range, restated here): every block non-causal; causal, K/V block n walks the query
 blocks from the one holding its first visible query, n0 - (seqlen_k - seqlen_q), to the end. The count
-decides which rows the dQ conversion reads under FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST (none: dQ = 0: nobody
+decides which rows the dQ conversion of a store-first kernel reads (bwd_api.h; none: dQ = 0: nobody
 stored into those tiles), and causal count - 1 is the block that starts nearest the tile (the deterministic
 turns' first, bwd_kernel.h dq_turn_number)."""
 import pathlib

@@ -70,7 +70,7 @@ POISON_SHAPES = [(2, 65, 129, 3, 3), (2, 1000, 200, 3, 3), (2, 200, 1000, 3, 3),
 @pytest.mark.parametrize("shape", POISON_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_sm90_gradients_on_poisoned_scratch(shape, causal, hdim, deterministic, monkeypatch):
     """dq_accum filled with NaN before every launch (FLASH_ATTN_CUDA_POISON_SCRATCH=1): whoever initialises
-    it (the pre-pass's zeros, or under FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST each tile's first K/V block), no
+    it (the pre-pass's zeros, or in the store-first kernels, bwd_api.h, each tile's first K/V block), no
     tile is read uninitialised (NaN in dq) nor added to before it was stored (a lost part: dq off the
     reference)."""
     if deterministic and hdim == 256:

@@ -8,8 +8,8 @@
 // The role-split tile (Traits::kRoleSplit, bwd_traits_split.h, d = 256): no sdQ and no writer (dQ by
 // vector reductions from the consumers, red_dq); consumer 0 runs BwdMainloopSplit::run_p_dv and
 // stores dV, consumer 1 run_ds_dk and stores dK.
-// The pre-pass (delta, LSE_log2 into the padded scratch, dq_accum zeroed unless kBwdStoreFirst) and
-// the dQ conversion are sm90/bwd_passes.h's, launched around this kernel by run_bwd_ (bwd_launch.h).
+// The pre-pass (delta, LSE_log2 into the padded scratch, dq_accum zeroed unless the kernel stores
+// first, bwd_api.h) and the dQ conversion are sm90/bwd_passes.h's, launched around this kernel by run_bwd_ (bwd_launch.h).
 // Causal: the query blocks before the first one that sees the CTA's first key are skipped.
 // kDropout: the forward's dropout mask regenerated (bwd_dropout.h, bwd_mainloop.h; the role-split
 // tile: bwd_mainloop_split.h), a variant of its own (instantiations/sm90_bwd_*_dropout.cu); its mask
@@ -25,7 +25,6 @@
 
 #include "../dropout.h"
 #include "../params.h"
-#include "bwd_api.h"  // kBwdStoreFirst
 #include "bwd_dropout.h"
 #include "bwd_mainloop.h"
 #include "bwd_mainloop_split.h"
@@ -168,30 +167,32 @@ CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
   return p.dq_semaphore_ptr + head_row0 + m * (Traits::kBlockM / kBwdSemaphoreRows);
 }
 
-// kBwdStoreFirst (bwd_api.h) with the semaphores given: the first block to reach each tile stores
-// instead of adding (dq_turns.h: a ticket; deterministic: turn 0), and the others wait for its store.
+// Store-first kernels (bwd_api.h bwd_store_first) with the semaphores given: the first block to reach
+// each tile stores instead of adding (dq_turns.h: a ticket; deterministic: turn 0), and the others
+// wait for its store.
 template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class TmaDQStore, class GDQ>
 CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unused]] TmaDQStore const& tma_dq_store,
                               GDQ const& gdQ, int m_min, int m_max, const BwdParams& p, int n_block) {
   constexpr int kS = Traits::kDQStages;
+  constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal>;
   // (TMA, stage) and (TMA, m_blocks); the store descriptor has the same boxes, so the same partition
   auto [tdQgdQ, tdQsdQ] = tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
-  [[maybe_unused]] const bool store_first = kBwdStoreFirst && p.dq_semaphore_ptr != nullptr;
+  [[maybe_unused]] const bool store_first = kStoreFirst && p.dq_semaphore_ptr != nullptr;
 #pragma unroll 1
   for (int m = m_min; m < m_max; ++m) {
     const int i = m - m_min, stage = i % kS;
     cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
-    // first: this block stores the tile (kBwdStoreFirst) instead of adding into it.
+    // first: this block stores the tile (kStoreFirst) instead of adding into it.
     [[maybe_unused]] bool first = false;
     if constexpr (kTurns) {  // the semaphores are given (launch_bwd_main)
       const int turn = dq_turn_number<Traits, kCausal>(p, m, n_block);
-      first = kBwdStoreFirst && turn == 0;
+      first = kStoreFirst && turn == 0;
       dq_turn_wait(dq_turn_of<Traits>(p, m), turn);
-    } else if constexpr (kBwdStoreFirst) {
+    } else if constexpr (kStoreFirst) {
       first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m));
       if (store_first && !first) { dq_first_wait(dq_turn_of<Traits>(p, m)); }
     }
-    if constexpr (kBwdStoreFirst) {
+    if constexpr (kStoreFirst) {
       if (first) {
         copy(tma_dq_store, tdQsdQ(_, stage), tdQgdQ(_, m));
       } else {
@@ -203,7 +204,7 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unuse
     tma_store_arrive();
     if constexpr (kTurns) {
       dq_turn_pass(dq_turn_of<Traits>(p, m));
-    } else if constexpr (kBwdStoreFirst) {
+    } else if constexpr (kStoreFirst) {
       if (first) { dq_first_pass(dq_turn_of<Traits>(p, m)); }
     }
     tma_store_wait<kS - 1>();  // the reduces of blocks <= i - (kS - 1) have read shared memory
@@ -257,7 +258,7 @@ constexpr int kDropoutSmemBytes =
 // at 1k on the H200).
 template <class Traits, bool kCausal, bool kDropout = false, bool kTurns = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
-    bwd_kernel(CUTE_GRID_CONSTANT typename BwdTma<Traits>::Params const kp) {
+    bwd_kernel(CUTE_GRID_CONSTANT typename BwdTmaFor<Traits, kCausal>::Params const kp) {
   using Element = typename Traits::Element;
   using Storage = typename Traits::SharedStorage;
   using Pipeline = typename Traits::Pipeline;

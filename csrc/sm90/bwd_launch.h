@@ -15,7 +15,7 @@
 namespace flash::sm90 {
 
 template <class Traits, bool kCausal, bool kDropout, bool kTurns>
-cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStream_t stream) {
+cudaError_t launch_bwd_kernel(const typename BwdTmaFor<Traits, kCausal>::Params& kp, cudaStream_t stream) {
   auto kernel = &bwd_kernel<Traits, kCausal, kDropout, kTurns>;
   constexpr int kSmem = Traits::kSmemBytes + (kDropout ? kDropoutSmemBytes<Traits> : 0);
   static_assert(kSmem <= 232448, "the dropout mask words exceed the 227 KB per-block shared memory of sm90");
@@ -30,7 +30,7 @@ cudaError_t launch_bwd_kernel(const typename BwdTma<Traits>::Params& kp, cudaStr
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
-  const auto kp = BwdTma<Traits>::make_params(params);
+  const auto kp = BwdTmaFor<Traits, kCausal>::make_params(params);
   if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
     if constexpr (Traits::kDQByTma) {
       if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }
@@ -42,38 +42,39 @@ cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   return launch_bwd_kernel<Traits, kCausal, kDropout, false>(kp, stream);
 }
 
+// Pre-pass, main kernel, dQ conversion of one kernel. A store-first kernel (bwd_api.h) given the
+// semaphores needs no zeroed dq_accum, and its conversion writes dQ = 0 for the tiles nobody adds into.
+template <class Traits, bool kCausal, bool kDropout>
+cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  constexpr int kD = Traits::kHeadDim;
+  constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal>;
+  [[maybe_unused]] const bool store_first = kStoreFirst && params.dq_semaphore_ptr != nullptr;
+  cudaError_t err = cudaSuccess;
+  if constexpr (kStoreFirst) {  // (the other kernels compile only the zeroing pre-pass)
+    err = store_first ? launch_bwd_prepass<Element, kD, false>(params, stream)
+                      : launch_bwd_prepass<Element, kD>(params, stream);
+  } else {
+    err = launch_bwd_prepass<Element, kD>(params, stream);
+  }
+  if (err != cudaSuccess) { return err; }
+  err = launch_bwd_main<Traits, kCausal, kDropout>(params, stream);
+  if (err != cudaSuccess) { return err; }
+  if constexpr (kStoreFirst) {
+    if (store_first) { return launch_bwd_convert_dq<Element, kD, Traits::kBlockM, Traits::kBlockN>(params, stream); }
+  }
+  return launch_bwd_convert_dq<Element, kD>(params, stream);
+}
+
 // kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
 // dropout call on the plain kernel, or the reverse, is an error, never a silent no-op). The pre-pass
 // and the dQ conversion are the same (delta = rowsum(dO o O) of the dropped output, FA2's algebra).
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
-  using TraitsNC = BwdTraitsFor<Element, kHeadDim, false>;
-  // kBwdStoreFirst (bwd_api.h): no zeroed dq_accum for the tiles with the dQ writer, given the semaphores.
-  constexpr bool kStoreFirstTile = kBwdStoreFirst && TraitsNC::kDQByTma;
-  [[maybe_unused]] const bool store_first = kStoreFirstTile && params.dq_semaphore_ptr != nullptr;
-  cudaError_t err = cudaSuccess;
-  if constexpr (kStoreFirstTile) {  // (the default build compiles only the zeroing pre-pass)
-    err = store_first ? launch_bwd_prepass<Element, kHeadDim, false>(params, stream)
-                      : launch_bwd_prepass<Element, kHeadDim>(params, stream);
-  } else {
-    err = launch_bwd_prepass<Element, kHeadDim>(params, stream);
-  }
-  if (err != cudaSuccess) { return err; }
   // The causal kernels may have a tile of their own (bwd_tile_table.h stages / dq_stages).
-  err = is_causal(params) ? launch_bwd_main<BwdTraitsFor<Element, kHeadDim, true>, true, kDropout>(params, stream)
-                          : launch_bwd_main<BwdTraitsFor<Element, kHeadDim, false>, false, kDropout>(params, stream);
-  if (err != cudaSuccess) { return err; }
-  if constexpr (kStoreFirstTile) {
-    static_assert(BwdTraitsFor<Element, kHeadDim, true>::kBlockM == TraitsNC::kBlockM &&
-                      BwdTraitsFor<Element, kHeadDim, true>::kBlockN == TraitsNC::kBlockN &&
-                      BwdTraitsFor<Element, kHeadDim, true>::kDQByTma == TraitsNC::kDQByTma,
-                  "one tile shape and one dQ path for the pre-pass, the conversion and both kernels");
-    if (store_first) {
-      return launch_bwd_convert_dq<Element, kHeadDim, TraitsNC::kBlockM, TraitsNC::kBlockN>(params, stream);
-    }
-  }
-  return launch_bwd_convert_dq<Element, kHeadDim>(params, stream);
+  return is_causal(params) ? run_bwd_passes<BwdTraitsFor<Element, kHeadDim, true>, true, kDropout>(params, stream)
+                           : run_bwd_passes<BwdTraitsFor<Element, kHeadDim, false>, false, kDropout>(params, stream);
 }
 
 }  // namespace flash::sm90

@@ -1,5 +1,5 @@
 // The sm90 backward's memory-bound passes around its main kernel (plain CUDA, no wgmma): the
-// pre-pass (delta, lse_log2, dq_accum zeroed unless kBwdStoreFirst, bwd_api.h) and the dQ conversion,
+// pre-pass (delta, lse_log2, dq_accum zeroed unless the kernel stores first, bwd_api.h) and the dQ conversion,
 // on the scratch layout of params.h with dq_accum's rows row-major (the main kernel's TMA reduce-add
 // writes whole rows).
 // Not varlen, one dq_accum slice, 16-byte aligned O / dO / dQ rows: what sm90::bwd_supports accepts.
@@ -37,9 +37,9 @@ __device__ __forceinline__ int64_t bwd_pass_row0(const BwdParams& p, int batch, 
 
 // For every row < seqlen_q_rounded of (batch = blockIdx.z, head = blockIdx.y):
 //   dq_accum[row, :] = 0;  delta[row] = sum_c dO[row, c] * O[row, c];  lse_log2[row] = LSE * log2(e)
-//   and, where given (deterministic, or kBwdStoreFirst), the dQ semaphore of every kBwdSemaphoreRows rows = 0
+//   and, where given (deterministic, or store-first), the dQ semaphore of every kBwdSemaphoreRows rows = 0
 // Padding rows and rows that saw no key (LSE = -inf) get delta 0 and lse_log2 +inf (P = 0 there).
-// kZeroAccum = false (kBwdStoreFirst, bwd_api.h): dq_accum is left as it is (the main kernel's first
+// kZeroAccum = false (store-first, bwd_api.h): dq_accum is left as it is (the main kernel's first
 // block per tile stores into it).
 template <typename Element, int kHeadDim, bool kZeroAccum = true>
 __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_prepass_rows_kernel(const BwdParams p) {
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_prepass_r
 }
 
 // dq[batch, row, head, :] = softmax_scale * dq_accum[row, :] in Element, rows < seqlen_q.
-// kTileM > 0 (kBwdStoreFirst): dq_accum was not zeroed, so rows of a (kTileM-row) tile no K/V block
+// kTileM > 0 (store-first): dq_accum was not zeroed, so rows of a (kTileM-row) tile no K/V block
 // (kTileN keys each) added into (dq_tile_adders: causal rows that see no key) get dQ = 0 unread.
 template <typename Element, int kHeadDim, int kTileM = 0, int kTileN = 0>
 __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_convert_dq_rows_kernel(const BwdParams p) {

@@ -11,7 +11,7 @@
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 
 #include "../params.h"
-#include "bwd_api.h"  // kBwdStoreFirst
+#include "bwd_api.h"  // bwd_store_first
 #include "fwd_tma.h"  // make_gmem_bshd
 
 namespace flash::sm90 {
@@ -35,7 +35,7 @@ auto make_tma_kv_bwd(const void* ptr, const BwdParams& p, int64_t row, int64_t h
                        Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{});
 }
 // dq_accum (batch, nheads, seqlen_q_rounded, headdim_rounded) float32, row-major (params.h); Op: the
-// reduce-add, or the plain store of kBwdStoreFirst's first block per tile (same boxes, same partition).
+// reduce-add, or the plain store of a store-first kernel's first block per tile (bwd_api.h) (same boxes, same partition).
 template <class Traits, class Op = SM90_TMA_REDUCE_ADD>
 auto make_tma_dq_accum(const BwdParams& p) {
   constexpr int kD = Traits::kHeadDim;
@@ -52,7 +52,7 @@ template <class Traits, bool = Traits::kDQByTma>
 struct BwdTmaDQ {
   using Atom = decltype(make_tma_dq_accum<Traits>(std::declval<const BwdParams&>()));
   static Atom make(const BwdParams& p) { return make_tma_dq_accum<Traits>(p); }
-  // kBwdStoreFirst's store descriptor; otherwise an empty stand-in (the default kernels' parameters
+  // The store-first kernels' store descriptor; otherwise an empty stand-in (the default kernels' parameters
   // keep their layout: it follows BwdTma::Params::p).
   template <bool kStoreFirst>
   using StoreAtom = std::conditional_t<kStoreFirst,
@@ -77,10 +77,14 @@ struct BwdTmaDQ<Traits, false> {
   static NoTmaDQ make_store(const BwdParams&) { return {}; }
 };
 
-// kStoreFirst (default: the build's kBwdStoreFirst) is part of the type, so units compiled with and
-// without FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST never share a Params / make_params / kernel symbol of
-// different layouts (a variant build that recompiles only some units links safely).
-template <class Traits, bool kStoreFirst = kBwdStoreFirst>
+// kStoreFirst (bwd_api.h bwd_store_first) is part of the type: the kernels that store each dQ tile's
+// first part get the store descriptor, the others an empty stand-in; units compiled with different
+// FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST never share a Params / make_params / kernel symbol of different
+// layouts (a variant build that recompiles only some units links safely).
+template <class Traits, bool kCausal>
+constexpr bool kStoreFirstOf = Traits::kDQByTma && bwd_store_first(Traits::kHeadDim, kCausal);
+
+template <class Traits, bool kStoreFirst>
 struct BwdTma {
   using AtomQ = decltype(make_tma_qdo<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
   using AtomKV = decltype(make_tma_kv_bwd<Traits>(nullptr, std::declval<const BwdParams&>(), 0, 0, 0));
@@ -94,7 +98,7 @@ struct BwdTma {
     AtomKV tma_v;
     AtomDQ tma_dq;
     BwdParams p;
-    AtomDQStore tma_dq_store;  // kBwdStoreFirst (bwd_api.h); empty otherwise
+    AtomDQStore tma_dq_store;  // kStoreFirst; empty otherwise
   };
 
   static Params make_params(const BwdParams& p) {
@@ -107,5 +111,9 @@ struct BwdTma {
             BwdTmaDQ<Traits>::template make_store<kStoreFirst>(p)};
   }
 };
+
+// The descriptors of bwd_kernel<Traits, kCausal, ...>.
+template <class Traits, bool kCausal>
+using BwdTmaFor = BwdTma<Traits, kStoreFirstOf<Traits, kCausal>>;
 
 }  // namespace flash::sm90

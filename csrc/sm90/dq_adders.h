@@ -13,7 +13,7 @@ namespace flash::sm90 {
 
 // The K/V blocks (kBlockN keys each) that add into query tile m (kBlockM rows): every block, or causal
 // those with a key the tile's last row sees (n0 < (m + 1) kBlockM + seqlen_k - seqlen_q), blocks
-// 0 .. count - 1. 0: none (causal rows that see no key; under kBwdStoreFirst, bwd_api.h, nobody
+// 0 .. count - 1. 0: none (causal rows that see no key; under store-first, bwd_api.h, nobody
 // stored into dq_accum there and the dQ conversion writes zeros).
 template <int kBlockM, int kBlockN>
 FLASH_DQ_ADDERS_HD int dq_tile_adders(int m, int seqlen_q, int seqlen_k, bool causal) {

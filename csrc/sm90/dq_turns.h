@@ -54,7 +54,7 @@ CUTE_DEVICE void dq_turn_wait(const int* turn, int n) {
 // After its reduce-add: passes the turn on.
 CUTE_DEVICE void dq_turn_pass(int* turn) { dq_sem_release_after_bulk<1>(turn); }
 
-// kBwdStoreFirst (bwd_api.h), not deterministic: the first K/V block to reach a tile stores its part,
+// Store-first kernels (bwd_api.h), not deterministic: the first K/V block to reach a tile stores its part,
 // the others add. Who is first is decided by a ticket (an atomic add of 1 on the tile's semaphore, in
 // the order the writers get there), not by block index, so a block only ever waits for one that is
 // already running (no launch-order assumption, unlike the turns). The first one, once its store has
