@@ -30,6 +30,7 @@
 #include "bwd_mainloop_split.h"
 #include "dq_turns.h"
 #include "bwd_tma.h"
+#include "bwd_walk.h"
 #include "fwd_layouts.h"
 
 namespace flash::sm90 {
@@ -131,12 +132,12 @@ CUTE_DEVICE void store_dkv(TensorAcc const& acc, float scale, typename Traits::E
   }
 }
 
-// The dQ writer (one thread of the producer warpgroup). Query block i = m - m_min uses sdQ stage
-// s = i % kDQStages: wait until all consumer threads wrote their parts of it (dq_full[s], completion
-// i / kDQStages), reduce-add it into dq_accum's tile m, and once the reduce of block i - (kDQStages - 1)
-// has read its stage (bulk wait_group.read) hand that stage back (dq_empty, one arrival). The
-// consumers wait on dq_empty before writing a stage (bwd_mainloop.h), so none waits for the reduce of
-// the block it just finished.
+// The dQ writer (one thread of the producer warpgroup). Step i of the walk (i = step - m_min; query
+// tile m = walk.tile(step), bwd_walk.h) uses sdQ stage s = i % kDQStages: wait until all consumer
+// threads wrote their parts of it (dq_full[s], completion i / kDQStages), reduce-add it into dq_accum's
+// tile m, and once the reduce of step i - (kDQStages - 1) has read its stage (bulk wait_group.read)
+// hand that stage back (dq_empty, one arrival). The consumers wait on dq_empty before writing a stage
+// (bwd_mainloop.h), so none waits for the reduce of the block it just finished.
 // kTurns (deterministic, p.dq_semaphore_ptr set): the adds into each tile take turns by K/V block
 // (dq_turns.h); the semaphore's address is recomputed from the kernel parameters at each use (the
 // writer runs in the producer's 24 registers).
@@ -170,17 +171,18 @@ CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
 // Store-first kernels (bwd_api.h bwd_store_first) with the semaphores given: the first block to reach
 // each tile stores instead of adding (dq_turns.h: a ticket; deterministic: turn 0), and the others
 // wait for its store.
-template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class TmaDQStore, class GDQ>
+template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class TmaDQStore, class GDQ, class Walk>
 CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unused]] TmaDQStore const& tma_dq_store,
-                              GDQ const& gdQ, int m_min, int m_max, const BwdParams& p, int n_block) {
+                              GDQ const& gdQ, Walk const& walk, const BwdParams& p, int n_block) {
   constexpr int kS = Traits::kDQStages;
   constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal>;
   // (TMA, stage) and (TMA, m_blocks); the store descriptor has the same boxes, so the same partition
   auto [tdQgdQ, tdQsdQ] = tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
   [[maybe_unused]] const bool store_first = kStoreFirst && p.dq_semaphore_ptr != nullptr;
 #pragma unroll 1
-  for (int m = m_min; m < m_max; ++m) {
-    const int i = m - m_min, stage = i % kS;
+  for (int step = walk.m_min; step < walk.m_max; ++step) {
+    const int i = step - walk.m_min, stage = i % kS;
+    const int m = walk.tile(step);
     cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
     // first: this block stores the tile (kStoreFirst) instead of adding into it.
     [[maybe_unused]] bool first = false;
@@ -279,6 +281,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int n0 = n_block * Traits::kBlockN;
   int m_min, m_max;
   q_block_range<Traits, kCausal>(p, n0, m_min, m_max);
+  constexpr bool kRotate = kBwdRotates<kCausal, kTurns, Traits::kDQByTma>;
+  const int n_blocks = kRotate ? (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN : 1;
+  const auto walk = make_q_walk<kRotate>(m_min, m_max, n_block, n_blocks);  // step -> query tile
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Traits::kTmaBytesQ;
@@ -310,7 +315,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       if (threadIdx.x == 32) {
         Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
         Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
-        bwd_store_dq<Traits, kTurns, kCausal>(sm, kp.tma_dq, kp.tma_dq_store, gdQ, m_min, m_max, p, n_block);
+        bwd_store_dq<Traits, kTurns, kCausal>(sm, kp.tma_dq, kp.tma_dq_store, gdQ, walk, p, n_block);
         return;
       }
     }
@@ -342,7 +347,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     auto st = cutlass::make_producer_start_state<Pipeline>();
     constexpr int kRowBytes = kM * int(sizeof(float));
 #pragma unroll 1
-    for (int m = m_min; m < m_max; ++m) {
+    for (int step = m_min; step < m_max; ++step) {
+      const int m = walk.tile(step);  // query tile
       pipe_q.producer_acquire(st);
       uint64_t* bar_q = pipe_q.producer_get_barrier(st);
       copy(kp.tma_q.with(*bar_q), tQgQ(_, m), tQsQ(_, st.index()));
@@ -377,11 +383,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       if constexpr (kDropout) {
         static_assert(sizeof(Storage) % 16 == 0, "the mask words are read 16 bytes at a time");
         uint32_t* smask = reinterpret_cast<uint32_t*>(smem_raw + sizeof(Storage)) + BwdDropoutT::kWords * cwg;
-        BwdMainloop<Traits, kCausal, true>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max,
+        BwdMainloop<Traits, kCausal, true>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, walk,
                                                 p.seqlen_q, p.seqlen_k, p.scale_log2,
                                                 BwdDropoutArgs{&p, batch, head, smask});
       } else {
-        BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, m_min, m_max, p.seqlen_q,
+        BwdMainloop<Traits, kCausal>::run(sm, pipe_q, pipe_do, tdKrdK, tdVrdV, cwg, tid, n0, walk, p.seqlen_q,
                                           p.seqlen_k, p.scale_log2);
       }
     }

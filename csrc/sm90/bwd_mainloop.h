@@ -140,10 +140,12 @@ struct BwdMainloop {
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
   // stage) fp32; dq_full / dq_empty (dq_stage) mbarriers. kDropout: drop (unused otherwise).
-  template <class Smem, class TensorDK, class TensorDV>
+  // walk: steps [m_min, m_max), step m on query tile walk.tile(m) (bwd_walk.h; the stages count steps).
+  template <class Smem, class TensorDK, class TensorDV, class Walk>
   CUTE_DEVICE static void run(Smem const& sm, Pipeline& pipe_q, Pipeline& pipe_do, TensorDK& tdKrdK,
-                              TensorDV& tdVrdV, int cwg, int tid, int n0, int m_min, int m_max, int seqlen_q,
+                              TensorDV& tdVrdV, int cwg, int tid, int n0, Walk const& walk, int seqlen_q,
                               int seqlen_k, float scale_log2, BwdDropoutArgs const& drop = BwdDropoutArgs{}) {
+    const int m_min = walk.m_min, m_max = walk.m_max;
     constexpr int kWGKeys = Traits::kWGKeys;
     constexpr int kDSStages = Traits::kDSStages, kDQStages = Traits::kDQStages;
 
@@ -191,7 +193,7 @@ struct BwdMainloop {
     Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
     Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
 
-    // Block m up to its GEMM operands, once S^T of it has been issued: dP^T issued, P^T = exp2(S^T *
+    // Step m (query tile walk.tile(m)) up to its GEMM operands, once S^T of it has been issued: dP^T issued, P^T = exp2(S^T *
     // scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to Element (rP, rdS).
     // Nothing is left in flight: every wgmma batch is retired inside the iteration that issued it
     // (ptxas serialises wgmma whose accumulators stay in flight across a loop back-edge, C7514), and
@@ -199,7 +201,7 @@ struct BwdMainloop {
     auto p_and_ds = [&](int m, PipelineState const& sq, PipelineState const& sdo) {
       pipe_do.consumer_wait(sdo);
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
-      const int m0 = m * kBlockM;
+      const int m0 = walk.tile(m) * kBlockM;
       warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
       st_to_pt<kCausal, kWGKeys, kBlockN>(s, tScS_rc, sm.lse_log2 + sq.index() * kBlockM, scale_log2, key0, n0, m0,
@@ -233,10 +235,11 @@ struct BwdMainloop {
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
     };
 
-    // kDropout: this thread's word of block m's keep mask (bwd_dropout.h), read by p_and_ds(m).
+    // kDropout: this thread's word of step m's keep mask (bwd_dropout.h), read by p_and_ds(m).
     auto mask_words = [&](int m) {
       if constexpr (kDropout) {
-        drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, key0, m * kBlockM);
+        drop.smask[tid] = BwdDropoutT::make_word(dropout_rng(*drop.p, drop.batch, drop.head), tid, key0,
+                                                 walk.tile(m) * kBlockM);
       }
     };
 
