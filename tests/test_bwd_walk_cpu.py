@@ -4,13 +4,9 @@ from tile(step), so a repeated or missed tile would drop or double a block's dQ 
 rotated, the walk is the identity (the default kernels' order); rotated, the blocks of a head are never
 at the same tile in the same step while there are at least as many tiles as blocks, and block 0 walks in
 order."""
-import pathlib
-import shutil
-import subprocess
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+import host_cxx
 
 PROGRAM = r"""
 #include <cstdio>
@@ -40,17 +36,10 @@ CASES = [(0, t, n) for t in (1, 2, 3, 7, 8, 16, 17, 64, 65) for n in (1, 2, 3, 4
 
 @pytest.fixture(scope="module")
 def walks(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
-    d = tmp_path_factory.mktemp("walk")
-    (d / "walk.cpp").write_text(PROGRAM)
-    subprocess.run(["g++", "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "walk.cpp"), "-o", str(d / "walk")],
-                   check=True)
+    exe = host_cxx.build(tmp_path_factory.mktemp("walk"), "walk", PROGRAM)
 
     def run(rotate):
-        text = "".join(f"{a} {b} {n} {int(rotate)}\n" for a, b, n in CASES)
-        lines = subprocess.run([str(d / "walk")], input=text, capture_output=True, text=True,
-                               check=True).stdout.splitlines()
+        lines = host_cxx.run(exe, [case + (rotate,) for case in CASES]).splitlines()
         out, i = {}, 0
         for case in CASES:
             out[case] = [[int(x) for x in line.split()] for line in lines[i:i + case[2]]]

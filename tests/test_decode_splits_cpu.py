@@ -2,13 +2,9 @@
 the counts measured fastest on the H200 (the numbers beside the rule) and the rule's invariants over a
 grid of shapes: 1 <= splits <= kMaxSplits, every split has a K/V block of the longest sequence, and a
 split call's thread blocks fit one wave of the GPU's slots."""
-import pathlib
-import shutil
-import subprocess
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+import host_cxx
 
 PROGRAM = r"""
 #include <cstdio>
@@ -39,16 +35,10 @@ MEASURED = {
 
 @pytest.fixture(scope="module")
 def splits(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
-    d = tmp_path_factory.mktemp("splits")
-    (d / "splits.cpp").write_text(PROGRAM)
-    subprocess.run(["g++", "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "splits.cpp"), "-o", str(d / "splits")],
-                   check=True)
+    exe = host_cxx.build(tmp_path_factory.mktemp("splits"), "splits", PROGRAM)
 
     def run(cases):
-        text = "".join(f"{w} {s} {sl} {n}\n" for w, s, sl, n in cases)
-        out = subprocess.run([str(d / "splits")], input=text, capture_output=True, text=True, check=True).stdout.split()
+        out = host_cxx.run(exe, cases).split()
         assert out[-2] == "max"
         return [int(x) for x in out[:-2]], int(out[-1])
     return run

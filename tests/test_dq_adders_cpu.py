@@ -5,13 +5,10 @@ blocks from the one holding its first visible query, n0 - (seqlen_k - seqlen_q),
 decides which rows the dQ conversion of a store-first kernel reads (bwd_api.h; none: dQ = 0: nobody
 stored into those tiles), and causal count - 1 is the block that starts nearest the tile (the deterministic
 turns' first, bwd_kernel.h dq_turn_number)."""
-import pathlib
-import shutil
-import subprocess
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+import host_cxx
+
 BLOCK_M, BLOCK_N = 64, 128  # the sm90 backward tiles with the dQ writer (d = 64 / 128, bwd_tile_table.h)
 
 PROGRAM = r"""
@@ -43,17 +40,11 @@ def walkers(m, sq, sk, causal):
 
 @pytest.fixture(scope="module")
 def adders(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
-    d = tmp_path_factory.mktemp("adders")
-    (d / "adders.cpp").write_text(PROGRAM.replace("%BM%", str(BLOCK_M)).replace("%BN%", str(BLOCK_N)))
-    subprocess.run(["g++", "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "adders.cpp"), "-o", str(d / "adders")],
-                   check=True)
+    source = PROGRAM.replace("%BM%", str(BLOCK_M)).replace("%BN%", str(BLOCK_N))
+    exe = host_cxx.build(tmp_path_factory.mktemp("adders"), "adders", source)
 
     def run(cases):
-        text = "".join(f"{m} {sq} {sk} {int(c)}\n" for m, sq, sk, c in cases)
-        out = subprocess.run([str(d / "adders")], input=text, capture_output=True, text=True, check=True).stdout
-        return [int(x) for x in out.split()]
+        return [int(x) for x in host_cxx.run(exe, cases).split()]
     return run
 
 

@@ -2,13 +2,9 @@
 multiple of kBwdRowAlign, lie inside [0, bwd_varlen_scratch_rows) and no two sequences overlap.
 Compiles a small C++ program against the real header (no CUDA needed) and checks random and
 edge-case length lists."""
-import pathlib
-import shutil
 import subprocess
 
-import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+import host_cxx
 
 PROGRAM = r"""
 #include <cstdio>
@@ -52,12 +48,8 @@ int main() {
 """
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_varlen_scratch_sequences_never_overlap(tmp_path):
-    src = tmp_path / "layout.cpp"
-    src.write_text(PROGRAM)
-    exe = tmp_path / "layout"
-    subprocess.run(["g++", "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(src), "-o", str(exe)], check=True)
+    exe = host_cxx.build(tmp_path, "layout", PROGRAM)
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "cases ok" in run.stdout
