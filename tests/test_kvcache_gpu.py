@@ -10,8 +10,8 @@ pytestmark = pytest.mark.gpu
 
 if torch.cuda.is_available():
     import flash_attn_cuda
-    from flash_attn_cuda import attention_with_kvcache
-    from flash_attn_cuda.reference import kvcache_reference
+    from flash_attn_cuda import attention, attention_with_kvcache
+    from flash_attn_cuda.reference import attention_ref, kvcache_reference
 
     HDIMS = flash_attn_cuda.compiled_head_dims()
     DTYPES = flash_attn_cuda.compiled_dtypes()
@@ -41,21 +41,22 @@ def _capture(call, k_cache, v_cache):
 RAGGED = [0, 1, 17, 4095, 300, 64, 65, 2000]
 
 
-def _cache(batch, capacity, nheads_k, hdim, page_size=None, seed=0):
+def _cache(batch, capacity, nheads_k, hdim, page_size=None, seed=0, dtype=None):
     """Random K/V caches: contiguous (batch, capacity, hk, d), or paged (pages, page, hk, d) with a
     block_table of shuffled pages (plus two spare pages) so sequences are scattered."""
     g = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = dtype or DTYPE
     if page_size is None:
         shape = (batch, capacity, nheads_k, hdim)
-        return (torch.randn(shape, device="cuda", dtype=DTYPE, generator=g),
-                torch.randn(shape, device="cuda", dtype=DTYPE, generator=g), None)
+        return (torch.randn(shape, device="cuda", dtype=dtype, generator=g),
+                torch.randn(shape, device="cuda", dtype=dtype, generator=g), None)
     pages_per_seq = -(-capacity // page_size)
     num_pages = batch * pages_per_seq + 2
     shape = (num_pages, page_size, nheads_k, hdim)
     perm = torch.randperm(num_pages, device="cuda", generator=g)[:batch * pages_per_seq]
     block_table = perm.view(batch, pages_per_seq).to(torch.int32)
-    return (torch.randn(shape, device="cuda", dtype=DTYPE, generator=g),
-            torch.randn(shape, device="cuda", dtype=DTYPE, generator=g), block_table)
+    return (torch.randn(shape, device="cuda", dtype=dtype, generator=g),
+            torch.randn(shape, device="cuda", dtype=dtype, generator=g), block_table)
 
 
 def _check(q, k_cache, v_cache, **kw):
@@ -89,6 +90,43 @@ def test_decode_matches_reference(hdim, nheads, nheads_k, seqlen_q, causal, page
     q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=DTYPE)
     lengths = torch.tensor(RAGGED, dtype=torch.int32, device="cuda")
     _check(q, k_cache, v_cache, cache_seqlens=lengths, block_table=block_table, causal=causal)
+
+
+# Issue 10's grid: cached lengths up to 32k, GQA ratios 1 / 4 / 8 / 16 and MQA, every query count from 1
+# to 16 (one 16-row tile holds seqlen_q x group rows up to 16, more take several), both dtypes.
+LONG_RAGGED = [0, 1, 17, 4095, 32768, 129]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("nheads,nheads_k", [(8, 8), (16, 4), (16, 2), (32, 2), (8, 1)],
+                         ids=["mha", "gqa4", "gqa8", "gqa16", "mqa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_long_ragged_caches_every_group_and_query_count(dtype, nheads, nheads_k, causal):
+    hdim = 128 if 128 in HDIMS else SWEEP_HDIMS[0]
+    batch, capacity = len(LONG_RAGGED), 32768 + 16
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=nheads_k, dtype=dtype)
+    lengths = torch.tensor(LONG_RAGGED, dtype=torch.int32, device="cuda")
+    torch.manual_seed(nheads * 3 + nheads_k)
+    for seqlen_q in range(1, 17):
+        q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=dtype)
+        _check(q, k_cache, v_cache, cache_seqlens=lengths, causal=causal)
+
+
+@pytest.mark.parametrize("seqlen_q", [17, 64, 200])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_many_query_tokens(seqlen_q, causal, page_size):
+    """Chunked prefill / speculative decoding: a few hundred query tokens (group 4: up to 800 packed
+    rows, 50 tiles of 16) against ragged caches, some shorter than seqlen_q (causal rows that see no
+    key: O = 0, LSE = -inf), with an append of the new tokens."""
+    batch, capacity, nheads, nheads_k, hdim = 4, 4096 + 256, 8, 2, SWEEP_HDIMS[0]
+    torch.manual_seed(seqlen_q)
+    k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, page_size, seed=seqlen_q)
+    q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=DTYPE)
+    k = torch.randn(batch, seqlen_q, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v = torch.randn_like(k)
+    lengths = torch.tensor([0, 5, 300, 4095], dtype=torch.int32, device="cuda")
+    _check(q, k_cache, v_cache, k=k, v=v, cache_seqlens=lengths, block_table=block_table, causal=causal)
 
 
 @pytest.mark.parametrize("page_size", [None, 16, 32, 64, 128, 256])
@@ -156,7 +194,7 @@ def test_every_num_splits_and_paged_equals_contiguous():
     q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
     lengths = torch.tensor([2048, 1, 999], dtype=torch.int32, device="cuda")
     max_splits = capacity // 64  # one K/V block (64 keys) per split
-    for num_splits in list(range(1, 9)) + [max_splits, 128]:
+    for num_splits in list(range(1, max_splits + 1)) + [128]:
         out = _check(q, k_cache, v_cache, cache_seqlens=lengths, num_splits=num_splits)[0]
         paged = attention_with_kvcache(q, pk, pv, cache_seqlens=lengths, block_table=block_table,
                                        num_splits=num_splits)
@@ -226,7 +264,8 @@ def test_bad_block_table_is_clamped(num_splits):
 
 
 def test_cuda_graph_generate_loop():
-    """8 decode steps captured once and replayed while cache_seqlens, the new k/v and q change."""
+    """8 decode steps captured once and replayed while cache_seqlens, the new k/v, q and the
+    block_table (its rows shuffled: other pages for each sequence) change."""
     batch, capacity, nheads, nheads_k, hdim = 3, 1024, 8, 2, SWEEP_HDIMS[0]
     torch.manual_seed(17)
     k_cache, v_cache, block_table = _cache(batch, capacity, nheads_k, hdim, 16, seed=17)
@@ -246,6 +285,7 @@ def test_cuda_graph_generate_loop():
         assert torch.equal(out_graph, out_eager), f"step {step}: replay differs from eager"
         assert torch.equal(k_cache, k_eager) and torch.equal(v_cache, v_eager), f"step {step}: caches differ"
         lengths += 1
+        block_table.copy_(block_table[torch.randperm(batch, device="cuda")])
 
 
 def _graph_chain_equals_eager_without_pdl(monkeypatch, chain, k_cache, v_cache):
@@ -341,3 +381,22 @@ def test_compile_and_opcheck():
     torch.library.opcheck(torch.ops.flash_attn_cuda.fwd_kvcache,
                           (q, k_cache.clone(), v_cache.clone(), k, v, None, None, lengths, None, None, None,
                            hdim ** -0.5, False, -1, -1, 0.0, True, None, 0))
+
+
+def test_one_token_attention_runs_the_kvcache_kernel():
+    """attention() with one query token (seqlen_q x group <= 16) runs on the KV-cache kernel (binding.cpp
+    use_decode_forward; _ops.last_fwd_family() says what served the call) and gives what
+    attention_with_kvcache gives on the same keys, bit for bit (same kernel, same split count)."""
+    batch, seqlen_k, nheads, nheads_k, hdim = 3, 3000, 8, 2, SWEEP_HDIMS[0]
+    torch.manual_seed(37)
+    q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    k = torch.randn(batch, seqlen_k, nheads_k, hdim, device="cuda", dtype=DTYPE)
+    v = torch.randn_like(k)
+    poison((q.shape, q.dtype))
+    out = attention(q, k, v, causal=True)
+    assert flash_attn_cuda._ops.last_fwd_family() == "decode"
+    ref, _ = attention_ref(q, k, v, causal=True)
+    lowp, _ = attention_ref(q, k, v, causal=True, compute_dtype=None)
+    assert_fa2_close("out", out, ref, lowp)
+    cached = attention_with_kvcache(q, k.clone(), v.clone(), cache_seqlens=seqlen_k, causal=True)
+    assert torch.equal(out, cached), "attention() and attention_with_kvcache differ on the same keys"
