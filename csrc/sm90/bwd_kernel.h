@@ -282,8 +282,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   int m_min, m_max;
   q_block_range<Traits, kCausal>(p, n0, m_min, m_max);
   constexpr bool kRotate = kBwdRotates<kCausal, kTurns, Traits::kDQByTma>;
-  const int n_blocks = kRotate ? (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN : 1;
-  const auto walk = make_q_walk<kRotate>(m_min, m_max, n_block, n_blocks);  // step -> query tile
+  const auto walk = make_q_walk<kRotate>(m_min, m_max, n_block, int(gridDim.x));  // step -> query tile
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Traits::kTmaBytesQ;

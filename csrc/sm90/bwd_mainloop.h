@@ -1,6 +1,7 @@
 // Consumer mainloop of the sm90 backward (bwd_traits.h has the GEMMs): one consumer warpgroup's 64
 // keys against the query blocks [m_min, m_max), accumulating dK and dV in registers and handing
-// each block's dQ to the dQ writer (bwd_kernel.h bwd_store_dq) through shared memory.
+// each block's dQ to the dQ writer (bwd_kernel.h bwd_store_dq) through shared memory. The blocks come
+// in the walk's order (bwd_walk.h: step m works on query tile walk.tile(m); below, block = step).
 //
 // Per query block i = m - m_min (software-pipelined by one GEMM: S^T of block i is issued at the
 // end of block i - 1, behind its dK; p_and_ds then issues dP^T, computes P^T = exp2(S^T * scale_log2 -
@@ -193,8 +194,9 @@ struct BwdMainloop {
     Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
     Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
 
-    // Step m (query tile walk.tile(m)) up to its GEMM operands, once S^T of it has been issued: dP^T issued, P^T = exp2(S^T *
-    // scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to Element (rP, rdS).
+    // Step m (query tile walk.tile(m)) up to its GEMM operands, once S^T of it has been issued: dP^T
+    // issued, P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to
+    // Element (rP, rdS).
     // Nothing is left in flight: every wgmma batch is retired inside the iteration that issued it
     // (ptxas serialises wgmma whose accumulators stay in flight across a loop back-edge, C7514), and
     // only rP, rdS (16 registers each) cross it, not the fp32 P^T, dS^T.
@@ -289,7 +291,7 @@ struct BwdMainloop {
     // 64-query blocks) this is 4 of 40 / 8 of 144 warpgroup steps. The pipelined loop below then
     // starts at m_min + 1 (its stages count from m_min).
     const bool first_masked =
-        kSkipMasked && key0 > m_min * kBlockM + kBlockM - 1 + seqlen_k - seqlen_q;
+        kSkipMasked && key0 > walk.tile(m_min) * kBlockM + kBlockM - 1 + seqlen_k - seqlen_q;
     PipelineState st_q, st_do;
     if (first_masked) {
       pipe_q.consumer_wait(st_q);
