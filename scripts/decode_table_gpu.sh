@@ -12,7 +12,7 @@ export FLASH_ATTN_CUDA_ARCHS="90" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYP
   FLASH_ATTN_CUDA_BACKWARD=0 FLASH_ATTN_CUDA_SMEM_TILES=0 MAX_JOBS=8
 DEADLINE=${DEADLINE:-575}
 gpu_build 200
-TAILN=4 stage tests 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kvcache_gpu.py
+TAILN=4 stage tests ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kvcache_gpu.py
 TAILN=3 stage bench 420 python3 -m flash_attn_cuda.bench_decode --heads 32:8,32:32 --batches 1,8,32,64,128 \
   --seqlens 2k,4k,32k,128k --impls flash_attn_cuda,attention,sdpa_flash,sdpa_cudnn \
   --layouts contiguous,paged16,paged64,paged256 --max-kv-gb 8 --prefix h200 --out "$OUT/res"
