@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "host_device.h"
+
 
 namespace flash {
 
@@ -161,7 +163,7 @@ inline bool needs_mods_besides_dropout(const FwdParams& p) {
 }
 inline bool needs_mods(const FwdParams& p) { return needs_mods_besides_dropout(p) || needs_dropout(p); }
 // The plain causal mask (bottom-right aligned, no left edge): window (-1, 0).
-inline bool is_causal(const FwdParams& p) { return p.window_left < 0 && p.window_right == 0; }
+FLASH_HD bool is_causal(const FwdParams& p) { return p.window_left < 0 && p.window_right == 0; }
 
 // KV-cache attention (flash-attn's flash_attn_with_kvcache; decode_kernel.h): q attends to a cache
 // that new keys/values are first appended to, in place (kvcache_append.h). FwdParams' k/v fields

@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FLASH_PHILOX_HD __host__ __device__ __forceinline__
-#else
-#define FLASH_PHILOX_HD inline
-#endif
+#include "host_device.h"
 
 namespace flash {
 
@@ -24,7 +20,7 @@ struct PhiloxCounter {
 // 10 rounds; key bumped by the Weyl constants between rounds. On the GPU the products' halves are
 // __umulhi and a plain multiply: the 64-bit product (IMAD.WIDE.U32) left an extra add per round in
 // ptxas' output (sm_90: 12.7 -> 11.4 instructions per element of apply_dropout in isolation).
-FLASH_PHILOX_HD PhiloxCounter philox4x32_10(PhiloxCounter c, uint32_t k0, uint32_t k1) {
+FLASH_HD PhiloxCounter philox4x32_10(PhiloxCounter c, uint32_t k0, uint32_t k1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt(3) - 1)
 #if defined(__CUDACC__)
@@ -58,7 +54,7 @@ struct DropoutRng {
 };
 
 // t for a dropout probability p (the binding and flash_attn_cuda/reference.py dropout_threshold).
-FLASH_PHILOX_HD uint32_t dropout_threshold(double p) {
+FLASH_HD uint32_t dropout_threshold(double p) {
   const double t = (1.0 - p) * 256.0 + 0.5;
   return t <= 0.0 ? 0u : t >= 256.0 ? 256u : uint32_t(t);
 }
@@ -76,22 +72,22 @@ FLASH_PHILOX_HD uint32_t dropout_threshold(double p) {
 // the columns (octets warp_n + 2 i): one parity, one call. (4 warps across would hold half a
 // call's octets; bwd_tile_config.h BwdDropoutTraitsFor avoids them.) dropout.h DropoutWalk is the
 // walk; tools/dropout_layout_check.cu checks it on every tile.
-FLASH_PHILOX_HD PhiloxCounter dropout_counter(const DropoutRng& rng, int row, int col) {
+FLASH_HD PhiloxCounter dropout_counter(const DropoutRng& rng, int row, int col) {
   const uint32_t lane = uint32_t(row % 8) * 4 + uint32_t(col % 8) / 2;
   return PhiloxCounter{uint32_t(col / 64) * 2 + uint32_t(col / 8) % 2, uint32_t(row / 16) * 32 + lane,
                        uint32_t(rng.base), uint32_t(rng.base >> 32)};
 }
 
-FLASH_PHILOX_HD int dropout_slot(int row, int col) { return ((row / 8) % 2) * 8 + ((col / 16) % 4) * 2 + col % 2; }
+FLASH_HD int dropout_slot(int row, int col) { return ((row / 8) % 2) * 8 + ((col / 16) % 4) * 2 + col % 2; }
 
 // 8-bit random number j (0..15) of a Philox output: byte j % 4 of word j / 4.
-FLASH_PHILOX_HD uint32_t philox_u8(const PhiloxCounter& r, int j) {
+FLASH_HD uint32_t philox_u8(const PhiloxCounter& r, int j) {
   const uint32_t word = j < 4 ? r.x : j < 8 ? r.y : j < 12 ? r.z : r.w;
   return (word >> (8 * (j % 4))) & 0xFFu;
 }
 
 // Whether element (row, col) is kept (the reference; the kernels evaluate a whole call at a time).
-FLASH_PHILOX_HD bool dropout_keep(const DropoutRng& rng, int row, int col) {
+FLASH_HD bool dropout_keep(const DropoutRng& rng, int row, int col) {
   const PhiloxCounter r = philox4x32_10(dropout_counter(rng, row, col), rng.key0, rng.key1);
   return philox_u8(r, dropout_slot(row, col)) < rng.threshold;
 }

@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(BwdPassRows<kHeadDim>::kThreads) bwd_convert_d
   float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
   bool written = true;
   if constexpr (kTileM > 0) {
-    const bool causal = p.window_left < 0 && p.window_right == 0;  // params.h is_causal
-    written = dq_tile_adders<kTileM, kTileN>(row / kTileM, p.seqlen_q, p.seqlen_k, causal) > 0;
+    written = dq_tile_adders<kTileM, kTileN>(row / kTileM, p.seqlen_q, p.seqlen_k, is_causal(p)) > 0;
   }
   if (written) {
     const float4* acc = reinterpret_cast<const float4*>(p.dq_accum_ptr + (bwd_pass_row0(p, batch, head) + row) * kHeadDim + col);

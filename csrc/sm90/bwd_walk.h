@@ -2,11 +2,7 @@
 // CuTe-free, host and device: tests/test_bwd_walk_cpu.py compiles it with g++.
 #pragma once
 
-#if defined(__CUDACC__)
-#define FLASH_BWD_WALK_HD __host__ __device__ __forceinline__
-#else
-#define FLASH_BWD_WALK_HD inline
-#endif
+#include "../host_device.h"
 
 // Experiment (sixteenth session, compiled, not yet run on a GPU): FLASH_ATTN_CUDA_SM90_BWD_ROTATE=1 has
 // the non-causal, non-deterministic kernels with the dQ writer (d = 64 / 128) start each K/V block at a
@@ -37,7 +33,7 @@ struct QWalk {
   int m_min, m_max;
   int rot;  // 0 <= rot < tiles; kRotate only
 
-  FLASH_BWD_WALK_HD int tile(int m) const {
+  FLASH_HD int tile(int m) const {
     if constexpr (kRotate) {
       const int t = m + rot;
       return t < m_max ? t : t - (m_max - m_min);
@@ -52,7 +48,7 @@ struct QWalk {
 // (seqlen_q x seqlen_k beyond ~2^45), and the remainder keeps rot a tile offset whatever it is (the
 // spread, not correctness, depends on it).
 template <bool kRotate>
-FLASH_BWD_WALK_HD QWalk<kRotate> make_q_walk(int m_min, int m_max, int n_block, int n_blocks) {
+FLASH_HD QWalk<kRotate> make_q_walk(int m_min, int m_max, int n_block, int n_blocks) {
   const unsigned tiles = unsigned(m_max - m_min);
   if (!kRotate || m_max <= m_min || n_blocks <= 0) { return {m_min, m_max, 0}; }
   return {m_min, m_max, int(unsigned(n_block) * tiles / unsigned(n_blocks) % tiles)};

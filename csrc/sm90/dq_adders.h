@@ -3,11 +3,7 @@
 // kernel's walk (bwd_kernel.h q_block_range, restated in Python).
 #pragma once
 
-#if defined(__CUDACC__)
-#define FLASH_DQ_ADDERS_HD __host__ __device__ __forceinline__
-#else
-#define FLASH_DQ_ADDERS_HD inline
-#endif
+#include "../host_device.h"
 
 namespace flash::sm90 {
 
@@ -16,7 +12,7 @@ namespace flash::sm90 {
 // 0 .. count - 1. 0: none (causal rows that see no key; under store-first, bwd_api.h, nobody
 // stored into dq_accum there and the dQ conversion writes zeros).
 template <int kBlockM, int kBlockN>
-FLASH_DQ_ADDERS_HD int dq_tile_adders(int m, int seqlen_q, int seqlen_k, bool causal) {
+FLASH_HD int dq_tile_adders(int m, int seqlen_q, int seqlen_k, bool causal) {
   const int n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
   if (!causal) { return n_blocks; }
   const int past = (m + 1) * kBlockM + seqlen_k - seqlen_q;  // keys before it see the tile's last row
