@@ -16,8 +16,8 @@ mkdir -p "$OUT/v"
 export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=64,128 FLASH_ATTN_CUDA_DTYPES=bf16 \
   FLASH_ATTN_CUDA_BACKWARD=1 FLASH_ATTN_CUDA_FEATURES=0 MAX_JOBS=${MAX_JOBS:-16}
 OUT=$OUT/v DEADLINE=${DEADLINE:-390} UNITS="bwd_dispatch.o sm90_bwd_hdim64_bf16.o sm90_bwd_hdim128_bf16.o" \
-  VARIANTS="$VARIANTS" TEST_VARIANT=${TEST_VARIANT:-} TESTS="tests/test_sm90_bwd_gpu.py" SUMMARY_COLS=120 BENCH_TIMEOUT=60 \
-  BENCH="flash_attn_cuda.bench --directions bwd --hdims 64,128 --seqlens 512,1024,2048,4096 --causal ${CAUSAL:-both} --impls flash_attn_cuda,sdpa_cudnn --order ab" \
+  VARIANTS="$VARIANTS" TEST_VARIANT=${TEST_VARIANT:-} TESTS="tests/test_sm90_bwd_gpu.py" SUMMARY_COLS=120 BENCH_TIMEOUT=${BENCH_TIMEOUT:-60} \
+  BENCH="flash_attn_cuda.bench --directions bwd --hdims 64,128 --seqlens 512,1024,2048,4096 --causal ${CAUSAL:-both} --impls flash_attn_cuda,sdpa_cudnn --order ${BENCH_ORDER:-ab}" \
   bash scripts/variants_gpu.sh
 for v in ${SANITIZE:-}; do
   [ -d /tmp/v_$v/flash_attn_cuda ] || { echo "bwd_variants: no variant build $v"; continue; }

@@ -20,14 +20,22 @@ gpu_setup() {
 
 gpu_build() {
   local so t0 brc
+  local config
+  config=$(env | grep -E "^FLASH_ATTN_CUDA_" | sort | tr '\n' ' ')
   so=$(ls flash_attn_cuda/_C*.so 2>/dev/null | head -1)
-  if [ -n "$so" ] && [ -z "$(find csrc setup.py tools -newer "$so" -type f | grep -v instantiations | head -1)" ]; then
-    echo "build: reusing $so"; return 0
+  # Reused only when no source is newer and the build had the same FLASH_ATTN_CUDA_* settings; its log
+  # (build/last_build.log) comes back as OUT/build.log, where variants_gpu.sh reads the nvcc lines.
+  if [ -n "$so" ] && [ -z "$(find csrc setup.py tools -newer "$so" -type f | grep -v instantiations | head -1)" ] &&
+     [ "$(cat build/last_config 2>/dev/null)" = "$config" ] && [ -f build/last_build.log ]; then
+    cp build/last_build.log "$OUT/build.log"
+    echo "build: reusing $so (same settings: $config)"; return 0
   fi
   t0=$(date +%s)
+  rm -f build/last_config
   timeout -k 10 "${1:-260}" python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; brc=$?
   echo "build rc=$brc in $(( $(date +%s) - t0 )) s"
   [ $brc -eq 0 ] || { grep -E "error" "$OUT/build.log" | head -20; tail -20 "$OUT/build.log"; exit 1; }
+  mkdir -p build && cp "$OUT/build.log" build/last_build.log && echo "$config" > build/last_config
   if ls build/temp*/csrc/instantiations/sm90_*.o > /dev/null 2>&1; then
     python3 tools/check_sass.py --log "$OUT/build.log" build/temp*/csrc/instantiations/sm90_*.o 2>&1 | tail -3
   fi

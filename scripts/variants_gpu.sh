@@ -20,6 +20,7 @@ gpu_build 240
 variant() {  # variant NAME DEFINES...: /tmp/v_NAME/flash_attn_cuda with UNITS rebuilt
   local name=$1 dir=/tmp/v_$1; shift
   rm -rf "$dir" && mkdir -p "$dir" && cp -r flash_attn_cuda tests pyproject.toml "$dir/"
+  rm -f "$dir"/flash_attn_cuda/_C*.so   # a variant that fails to link must not load the base build
   python3 - "$OUT/build.log" "$dir" "$UNITS" "$@" <<'PY'
 import re, shlex, subprocess, sys
 log, d, units, defs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
@@ -43,6 +44,7 @@ args[args.index("-o") + 1] = f"{d}/flash_attn_cuda/" + so.split("/")[-1]
 subprocess.run(args, check=True)
 print("variant", d, "ok")
 PY
+  [ $? -eq 0 ] || return 1
   ( cd "$dir" && PYTHONPATH=$PWD python3 -c "import flash_attn_cuda._C as c; print('loads', c.__file__)" )
 }
 for v in $VARIANTS; do
@@ -54,6 +56,7 @@ wait
 run_bench() {  # run_bench TAG NAME (base: the build itself)
   local dir=$PWD
   [ "$2" = base ] || dir=/tmp/v_$2
+  ls "$dir"/flash_attn_cuda/_C*.so > /dev/null 2>&1 || { echo "== bench_$1 skipped: no build in $dir"; return 1; }
   ( cd "$dir" && PYTHONPATH=$PWD TAILN=0 stage bench_$1 ${BENCH_TIMEOUT:-90} python3 -m $BENCH --prefix h200_$1 --out "$OUT/res" )
 }
 ORDER=${ORDER:-"base1:base $(for v in $VARIANTS; do echo -n "${v%%:*}:${v%%:*} "; done) base2:base"}
