@@ -152,7 +152,7 @@ int bwd_smallest_shared_memory_bytes(int headdim_rounded) {
 
 int64_t bwd_dq_semaphores(const BwdParams& params) {
   // Deterministic, or a call of an sm90 kernel that stores each dQ tile's first part (bwd_api.h).
-  const bool wanted = params.deterministic || sm90::bwd_store_first(params.headdim_rounded, is_causal(params));
+  const bool wanted = params.deterministic || sm90::bwd_store_first(params.headdim_rounded, is_causal(params), needs_dropout(params));
   if (!wanted || params.seqlen_q_rounded % kBwdSemaphoreRows != 0) { return 0; }
   BwdParams probe = params;  // as run_bwd will see it: one slice, a semaphore array
   probe.num_dq_splits = 1;

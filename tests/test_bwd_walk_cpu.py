@@ -69,3 +69,33 @@ def test_rotated_blocks_never_share_a_tile_in_a_step(walks):
             for step in range(m_max - m_min):
                 at = [tiles[step] for tiles in per_block]
                 assert len(set(at)) == n_blocks, (m_min, m_max, n_blocks, step, at)
+
+
+POLICY = r"""
+#include <cstdio>
+#include <initializer_list>
+#include "sm90/bwd_walk.h"
+// Prints bwd_rotates(d, causal, dropout) for d in 64, 128, 256, causal and dropout in 0, 1.
+int main() {
+  for (int d : {64, 128, 256})
+    for (int causal : {0, 1})
+      for (int dropout : {0, 1})
+        std::printf("%d %d %d %d\n", d, causal, dropout, int(flash::sm90::bwd_rotates(d, causal, dropout)));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("mode", [None, 0, 1, 2])
+def test_rotation_policy(tmp_path, mode):
+    """The default (2) rotates only the plain d = 64 non-causal kernel (the one measured and tested rotated,
+    seventeenth session); 1 every non-causal one; 0 none; causal never."""
+    define = "" if mode is None else f"#define FLASH_ATTN_CUDA_SM90_BWD_ROTATE {mode}\n"
+    exe = host_cxx.build(tmp_path, "policy", define + POLICY)
+    got = {tuple(int(x) for x in line.split()[:3]): line.split()[3] == "1"
+           for line in host_cxx.run(exe, []).splitlines()}
+    assert len(got) == 12
+    effective = 2 if mode is None else mode
+    for (d, causal, dropout), rotates in got.items():
+        want = (not causal) and (effective == 1 or (effective == 2 and d == 64 and not dropout))
+        assert rotates == want, (mode, d, causal, dropout)

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "../params.h"
+#include "bwd_walk.h"  // bwd_rotates
 
 // Store-first (sixteenth session, measured on the H200): the tiles with the dQ writer (d = 64 / 128)
 // need no zeroed dq_accum. The first K/V block to reach a dQ tile (a ticket on the tile's semaphore,
@@ -24,6 +25,8 @@
 // each tile all but one wait for the first one's store, and a d = 64 step is short against that wait.
 // This choice against never (call 2, A / B / A, backward TFLOP/s): d = 128 non-causal +4-5 % at 512,
 // +2-3 % at 1k-4k; causal +7-11 / +6 / +3 / +2-3 %; d = 64 causal +5 / +3-4 / +3 / +1 %.
+// Seventeenth session: d = 64 non-causal stores first where its walk is rotated (bwd_walk.h, the plain
+// kernel: +4 % at 512 / 1k against the in-step walk without store-first), not in the dropout kernel.
 // FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST (build-wide: the dispatch sizes the semaphores by it): 2 (default)
 // that choice; 0 never; 1 every call of the tiles with the dQ writer (comparisons, scripts/variants_gpu.sh).
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST
@@ -32,12 +35,13 @@
 
 namespace flash::sm90 {
 
-// Whether the sm90 backward kernel of head dim `headdim` (64, 128, 256) stores each dQ tile's first part.
-constexpr bool bwd_store_first(int headdim, bool causal) {
+// Whether the sm90 backward kernel of head dim `headdim` (64, 128, 256), causal or not, with dropout or
+// not, stores each dQ tile's first part.
+constexpr bool bwd_store_first(int headdim, bool causal, bool dropout) {
   constexpr int kMode = FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST;
   static_assert(kMode >= 0 && kMode <= 2, "FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST is 0, 1 or 2");
   if (headdim > 128 || kMode == 0) { return false; }  // d = 256: the role-split tile has no dQ writer
-  return kMode == 1 || causal || headdim > 64;
+  return kMode == 1 || causal || headdim > 64 || bwd_rotates(headdim, causal, dropout);
 }
 
 // The backward on `stream`: pre-pass (delta, lse_log2, dq_accum zeroed unless bwd_store_first), main

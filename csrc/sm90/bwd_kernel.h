@@ -171,11 +171,12 @@ CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
 // Store-first kernels (bwd_api.h bwd_store_first) with the semaphores given: the first block to reach
 // each tile stores instead of adding (dq_turns.h: a ticket; deterministic: turn 0), and the others
 // wait for its store.
-template <class Traits, bool kTurns, bool kCausal, class Smem, class TmaDQ, class TmaDQStore, class GDQ, class Walk>
+template <class Traits, bool kTurns, bool kCausal, bool kDropout, class Smem, class TmaDQ, class TmaDQStore, class GDQ,
+          class Walk>
 CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unused]] TmaDQStore const& tma_dq_store,
                               GDQ const& gdQ, Walk const& walk, const BwdParams& p, int n_block) {
   constexpr int kS = Traits::kDQStages;
-  constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal>;
+  constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal, kDropout>;
   // (TMA, stage) and (TMA, m_blocks); the store descriptor has the same boxes, so the same partition
   auto [tdQgdQ, tdQsdQ] = tma_partition(tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sm.dq), group_modes<0, 2>(gdQ));
   [[maybe_unused]] const bool store_first = kStoreFirst && p.dq_semaphore_ptr != nullptr;
@@ -260,7 +261,7 @@ constexpr int kDropoutSmemBytes =
 // at 1k on the H200).
 template <class Traits, bool kCausal, bool kDropout = false, bool kTurns = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
-    bwd_kernel(CUTE_GRID_CONSTANT typename BwdTmaFor<Traits, kCausal>::Params const kp) {
+    bwd_kernel(CUTE_GRID_CONSTANT typename BwdTmaFor<Traits, kCausal, kDropout>::Params const kp) {
   using Element = typename Traits::Element;
   using Storage = typename Traits::SharedStorage;
   using Pipeline = typename Traits::Pipeline;
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int n0 = n_block * Traits::kBlockN;
   int m_min, m_max;
   q_block_range<Traits, kCausal>(p, n0, m_min, m_max);
-  constexpr bool kRotate = kBwdRotates<kCausal, kTurns, Traits::kDQByTma>;
+  constexpr bool kRotate = kBwdRotates<Traits::kHeadDim, kCausal, kDropout, kTurns, Traits::kDQByTma>;
   const auto walk = make_q_walk<kRotate>(m_min, m_max, n_block, int(gridDim.x));  // step -> query tile
 
   typename Pipeline::Params pp;
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       if (threadIdx.x == 32) {
         Tensor mdQ = kp.tma_dq.get_tma_tensor(make_shape(p.seqlen_q_rounded, Int<kD>{}, p.nheads, p.batch));
         Tensor gdQ = local_tile(mdQ(_, _, head, batch), Shape<Int<kM>, Int<kD>>{}, make_coord(_, _0{}));  // (M, d, m_blocks)
-        bwd_store_dq<Traits, kTurns, kCausal>(sm, kp.tma_dq, kp.tma_dq_store, gdQ, walk, p, n_block);
+        bwd_store_dq<Traits, kTurns, kCausal, kDropout>(sm, kp.tma_dq, kp.tma_dq_store, gdQ, walk, p, n_block);
         return;
       }
     }

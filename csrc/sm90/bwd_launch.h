@@ -15,7 +15,7 @@
 namespace flash::sm90 {
 
 template <class Traits, bool kCausal, bool kDropout, bool kTurns>
-cudaError_t launch_bwd_kernel(const typename BwdTmaFor<Traits, kCausal>::Params& kp, cudaStream_t stream) {
+cudaError_t launch_bwd_kernel(const typename BwdTmaFor<Traits, kCausal, kDropout>::Params& kp, cudaStream_t stream) {
   auto kernel = &bwd_kernel<Traits, kCausal, kDropout, kTurns>;
   constexpr int kSmem = Traits::kSmemBytes + (kDropout ? kDropoutSmemBytes<Traits> : 0);
   static_assert(kSmem <= 232448, "the dropout mask words exceed the 227 KB per-block shared memory of sm90");
@@ -30,7 +30,7 @@ cudaError_t launch_bwd_kernel(const typename BwdTmaFor<Traits, kCausal>::Params&
 template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
-  const auto kp = BwdTmaFor<Traits, kCausal>::make_params(params);
+  const auto kp = BwdTmaFor<Traits, kCausal, kDropout>::make_params(params);
   if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
     if constexpr (Traits::kDQByTma) {
       if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }
@@ -48,7 +48,7 @@ template <class Traits, bool kCausal, bool kDropout>
 cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kD = Traits::kHeadDim;
-  constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal>;
+  constexpr bool kStoreFirst = kStoreFirstOf<Traits, kCausal, kDropout>;
   [[maybe_unused]] const bool store_first = kStoreFirst && params.dq_semaphore_ptr != nullptr;
   cudaError_t err = cudaSuccess;
   if constexpr (kStoreFirst) {  // (the other kernels compile only the zeroing pre-pass)

@@ -81,8 +81,8 @@ struct BwdTmaDQ<Traits, false> {
 // first part get the store descriptor, the others an empty stand-in; units compiled with different
 // FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST never share a Params / make_params / kernel symbol of different
 // layouts (a variant build that recompiles only some units links safely).
-template <class Traits, bool kCausal>
-constexpr bool kStoreFirstOf = Traits::kDQByTma && bwd_store_first(Traits::kHeadDim, kCausal);
+template <class Traits, bool kCausal, bool kDropout>
+constexpr bool kStoreFirstOf = Traits::kDQByTma && bwd_store_first(Traits::kHeadDim, kCausal, kDropout);
 
 template <class Traits, bool kStoreFirst>
 struct BwdTma {
@@ -112,8 +112,8 @@ struct BwdTma {
   }
 };
 
-// The descriptors of bwd_kernel<Traits, kCausal, ...>.
-template <class Traits, bool kCausal>
-using BwdTmaFor = BwdTma<Traits, kStoreFirstOf<Traits, kCausal>>;
+// The descriptors of bwd_kernel<Traits, kCausal, kDropout, ...>.
+template <class Traits, bool kCausal, bool kDropout>
+using BwdTmaFor = BwdTma<Traits, kStoreFirstOf<Traits, kCausal, kDropout>>;
 
 }  // namespace flash::sm90

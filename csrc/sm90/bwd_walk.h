@@ -4,26 +4,40 @@
 
 #include "../host_device.h"
 
-// Experiment (sixteenth session, compiled, not yet run on a GPU): FLASH_ATTN_CUDA_SM90_BWD_ROTATE=1 has
-// the non-causal, non-deterministic kernels with the dQ writer (d = 64 / 128) start each K/V block at a
-// different query tile. Why: every K/V block of a head walks tiles 0, 1, .. in step, so at each step
-// all of them reduce-add into the same dQ tile (same L2 lines), and under store-first (bwd_api.h) all
-// but one wait for that one's store: d = 64 non-causal lost 3 % with store-first on (main kernel 881 ->
-// 958 us at 1k; the default policy leaves it off there, so the case to measure is this macro with
-// FLASH_ATTN_CUDA_SM90_BWD_STORE_FIRST=1). Spread evenly, no two blocks of a head are at the same tile in
-// the same step while the head has at least as many query tiles as K/V blocks.
+// The rotated walk: a non-causal kernel with the dQ writer starts each K/V block at a different query
+// tile. Why: every K/V block of a head walks tiles 0, 1, .. in step, so at each step all of them
+// reduce-add into the same dQ tile (same L2 lines), and under store-first (bwd_api.h) all but one wait
+// for that one's store: d = 64 non-causal lost 3 % with store-first on and the walk in step (main kernel
+// 881 -> 958 us at 1k). Spread evenly, no two blocks of a head are at the same tile in the same step
+// while the head has at least as many query tiles as K/V blocks.
+// Measured (seventeenth session, H100 SXM, bf16, backward TFLOP/s against the in-step walk with the
+// default store-first policy, two calls, A / B / A; benchmarks/results/h100_rotate.md): rotated with
+// store-first everywhere, d = 64 non-causal +4 / +4 / +1-2 / +0.5-1 % at 512 / 1k / 2k / 4k (fwd+bwd
+// +2-3 % to 2k), d = 128 non-causal -2..+2 % (neutral; identical builds differed by up to 4 % in the same
+// calls). So the default (2) rotates the plain d = 64 non-causal kernel, the one measured and tested
+// (tests/test_sm90_bwd_gpu.py, the sanitizers plain and deterministic), and bwd_store_first stores first
+// there; the dropout kernels keep the in-step walk (not run rotated). 0: never; 1: every non-causal kernel
+// with the dQ writer (comparisons).
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_ROTATE
-#define FLASH_ATTN_CUDA_SM90_BWD_ROTATE 0
+#define FLASH_ATTN_CUDA_SM90_BWD_ROTATE 2
 #endif
 
 namespace flash::sm90 {
 
-// Whether the kernel <kCausal, kTurns> with (kDQByTma) or without the dQ writer rotates its walk: not
-// causal (its blocks start at different tiles already), not deterministic (the turns go in K/V block
-// order at every tile: block n would wait at each tile for the blocks below it to walk there, a
-// staircase), only the dQ writer's tiles.
-template <bool kCausal, bool kTurns, bool kDQByTma>
-constexpr bool kBwdRotates = FLASH_ATTN_CUDA_SM90_BWD_ROTATE != 0 && !kCausal && !kTurns && kDQByTma;
+// Whether the non-deterministic kernel of head dim `headdim` with the dQ writer rotates its walk: not
+// causal (its blocks start at different tiles already); the policy above.
+constexpr bool bwd_rotates(int headdim, bool causal, bool dropout) {
+  constexpr int kMode = FLASH_ATTN_CUDA_SM90_BWD_ROTATE;
+  static_assert(kMode >= 0 && kMode <= 2, "FLASH_ATTN_CUDA_SM90_BWD_ROTATE is 0, 1 or 2");
+  if (causal || kMode == 0) { return false; }
+  return kMode == 1 || (headdim == 64 && !dropout);
+}
+
+// Whether the kernel <kCausal, kDropout, kTurns> with (kDQByTma) or without the dQ writer rotates: not
+// deterministic either (the turns go in K/V block order at every tile: block n would wait at each tile
+// for the blocks below it to walk there, a staircase), only the dQ writer's tiles.
+template <int kHeadDim, bool kCausal, bool kDropout, bool kTurns, bool kDQByTma>
+constexpr bool kBwdRotates = !kTurns && kDQByTma && bwd_rotates(kHeadDim, kCausal, kDropout);
 
 // Steps m_min <= m < m_max (the pipelines' and sdQ's stages count them: i = m - m_min); step m works on
 // query tile tile(m). Not rotated: tile(m) = m. Rotated: K/V block n_block of n_blocks starts at
