@@ -35,7 +35,8 @@ os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join([f"{a // 10}.{a % 10}" for a in cf
 
 directions = build_config.directions(cfg)
 instantiations = gen_instantiations.generate(ROOT / "csrc" / "instantiations", cfg.head_dims, cfg.dtypes, directions,
-                                             build_config.families(cfg), cfg.smem_tiles, cfg.features)
+                                             build_config.families(cfg), cfg.smem_tiles, cfg.features,
+                                             cfg.sm90_short_causal)
 sources = ["csrc/binding.cpp", "csrc/binding_autograd.cpp", "csrc/fwd_dispatch.cu", "csrc/dropout_mask.cu"] + (["csrc/bwd_dispatch.cu"] if cfg.backward else [])
 sources += ["csrc/binding_kvcache.cpp", "csrc/decode_dispatch.cu"] if cfg.kvcache else []
 sources += [os.path.relpath(p, ROOT) for p in instantiations]
@@ -73,7 +74,7 @@ print(f"flash_attn_cuda build: {jobs_why}", flush=True)
 
 print(f"flash_attn_cuda build: archs {build_config.format_archs(archs, sm90a)} ({archs_why})", flush=True)
 print(f"flash_attn_cuda build: families={build_config.families(cfg)} head_dims={cfg.head_dims} dtypes={cfg.dtypes} backward={cfg.backward} "
-      f"features={cfg.features} kvcache={cfg.kvcache} "
+      f"features={cfg.features} kvcache={cfg.kvcache} sm90_short_causal={cfg.sm90_short_causal} "
       f"cutlass={include_dirs[1]}", flush=True)
 
 setup(

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "device_attribute.h"
 #include "flash_api.h"
@@ -88,6 +89,15 @@ bool params_supported(const FwdParams& params) {
 
 // ---- the sm90 family (sm_90a code: compute capability 9.0 only)
 
+// Whether the build compiled the short causal kernel of this call's head dim (sm90/fwd_api.h
+// fwd_short_causal; FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL builds).
+static bool sm90_short_causal_compiled(const FwdParams& params) {
+  for (const int d : std::initializer_list<int>{FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(FLASH_LIST_ITEM)}) {
+    if (d == params.headdim_rounded) { return true; }
+  }
+  return false;
+}
+
 template <typename Element>
 static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params)) {  // the dropout variant, its own units
@@ -99,6 +109,18 @@ static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) 
 #undef FLASH_CASE
       default:
         return cudaErrorInvalidValue;
+    }
+  }
+  if (sm90_short_causal_compiled(params) &&
+      sm90::fwd_short_causal(params.headdim_rounded, is_causal(params), false, params.seqlen_q)) {
+    switch (params.headdim_rounded) {  // the short causal kernel, its own units
+#define FLASH_CASE(D) \
+  case D:             \
+    return sm90::run_fwd_<Element, D, false, true>(params, stream);
+      FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(FLASH_CASE)
+#undef FLASH_CASE
+      default:
+        break;
     }
   }
   switch (params.headdim_rounded) {

@@ -5,6 +5,7 @@
 # with ninja's finish time of each object (NINJA_STATUS; pip's editable build deletes its ninja log);
 # then `make test` on that build until the call's deadline.
 #   OUT=$OUT scripts/build_time_gpu.sh        (needs the nvidia-cutlass wheel in .whl/)
+#   OUT=$OUT BUILD_EXTRA="FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1" scripts/build_time_gpu.sh   (with a candidate)
 # Results in $OUT/logs.tgz: build.log (ends with the `time` line), tests.log (pytest -v, per test).
 set -uo pipefail
 T0=$(date +%s)
@@ -13,6 +14,8 @@ export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/nvidia_cutlass-*.whl \
   > /dev/null 2>&1 && export PYTHONPATH=/tmp/site
 unset MAX_JOBS TORCH_CUDA_ARCH_LIST $(env | grep -o "^FLASH_ATTN_CUDA_[A-Z_]*")
+# BUILD_EXTRA="FLASH_ATTN_CUDA_X=1 ...": settings on top of the default (a candidate default's build time).
+for kv in ${BUILD_EXTRA:-}; do export "$kv"; echo "build setting: $kv"; done
 echo "cores $(nproc), memory $(free -g | awk '/Mem:/{print $2}') GiB, $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 TIMEFORMAT="build: %R s wall, %U s user + %S s sys"
 export NINJA_STATUS="[%f/%t %es] "

@@ -59,6 +59,18 @@ def test_sm90_persistent_option_picks_the_kernels(value, persistent, one_tile):
     assert ("-DFLASH_ATTN_CUDA_SM90_NO_ONE_TILE" in flags) == (not one_tile)
 
 
+@pytest.mark.parametrize("value,expected", [(None, False), ("0", False), ("1", True)])
+def test_sm90_short_causal_option(value, expected):
+    """FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL: off unless set (not yet measured in the default build's time)."""
+    env = {} if value is None else {"FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL": value}
+    assert build_config.from_env(env, no_gpu).sm90_short_causal == expected
+
+
+def test_sm90_short_causal_option_rejects_garbage():
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL"):
+        build_config.from_env({"FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL": "short"}, no_gpu)
+
+
 @pytest.mark.parametrize("value", ["sms", "2", "persistent"])
 def test_sm90_persistent_option_rejects_garbage(value):
     with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_SM90_PERSISTENT"):
@@ -269,6 +281,22 @@ def test_generator_sm90_rows(tmp_path):
     assert "#define FLASH_SM90_DROPOUT_FOR_EACH_HDIM(X) \n" in config
     assert "#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) X(64) X(128) X(256)\n" in config
     assert "#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) \n" in config
+
+    assert "#define FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(X) \n" in config
+
+    # FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL: d = 64's short causal kernel, a unit per dtype, listed
+    files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd",), ("sm80", "sm90"), features=False,
+                                        short_causal=True)
+    assert sorted(p.name for p in tmp_path.glob("sm90_*short_causal*")) == [f"sm90_fwd_hdim64_{t}_short_causal.cu"
+                                                                           for t in sorted(dtypes)]
+    text = (tmp_path / "sm90_fwd_hdim64_bf16_short_causal.cu").read_text()
+    assert ("template cudaError_t flash::sm90::run_fwd_<cutlass::bfloat16_t, 64, false, true>(const flash::FwdParams&, "
+            "cudaStream_t);") in text and text.count("template ") == 1
+    config = (tmp_path / "build_config.h").read_text()
+    assert "#define FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(X) X(64)\n" in config
+    files = gen_instantiations.generate(tmp_path, (128, 256), dtypes, ("fwd",), ("sm80", "sm90"), short_causal=True)
+    assert not list(tmp_path.glob("sm90_*short_causal*"))  # no d = 64 built: no unit, empty list
+    assert "#define FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(X) \n" in (tmp_path / "build_config.h").read_text()
 
     # without the sm90 family: no sm90 files (stale ones removed), empty lists in build_config.h
     files = gen_instantiations.generate(tmp_path, hdims, dtypes, ("fwd", "bwd"), ("sm80",))

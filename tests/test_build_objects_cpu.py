@@ -28,7 +28,8 @@ KERNEL_SYMBOL = re.compile(r"flash::(?:\w+::)*\w*_kernel<|__device_stub__")
 # checks (csrc/sm90/fwd_api.h, bwd_api.h, their *_supports.h and tma_rules.h); every other csrc/sm90/
 # header holds or reaches kernel code.
 SM90_FWD_INTERFACE = {"fwd_api.h", "fwd_supports.h", "tma_rules.h"}
-SM90_INTERFACE = SM90_FWD_INTERFACE | {"bwd_api.h", "bwd_supports.h"}
+# bwd_walk.h: the rotated-walk policy bwd_api.h's store-first choice reads (host and device, no CuTe).
+SM90_INTERFACE = SM90_FWD_INTERFACE | {"bwd_api.h", "bwd_supports.h", "bwd_walk.h"}
 MAX_DISPATCH_OBJECT_BYTES = 1 << 20  # an object with kernels in it is megabytes (bwd: 6.6 MB)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

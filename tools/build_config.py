@@ -19,6 +19,10 @@ setup.py before anything is built, and by the CPU tests).
                                            (fwd_kernel.h), both: the two (twice the kernels in those units;
                                            benchmarks and bit-identity tests pick one per call with the
                                            runtime knob FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS)
+    FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL "0"  1: a second sm90 causal d = 64 forward kernel (128 x 128, two consumer
+                                           warpgroups; units sm90_fwd_hdim64_<dtype>_short_causal.cu) for
+                                           causal calls of <= 1k query rows (sm90/fwd_api.h
+                                           fwd_short_causal); 0: the one causal tile for every length
     MAX_JOBS / NVCC_THREADS                parallel compile jobs / nvcc threads per job; MAX_JOBS unset:
                                            one per core, at most one per MEM_PER_JOB_GIB of available
                                            memory (max_jobs)
@@ -72,6 +76,7 @@ class BuildConfig:
     smem_tiles: bool = True  # the 163 / 99 KB tile rows are built (parse_smem_tiles)
     sm90_persistent: bool = True  # the persistent sm90 forward kernel is built (parse_sm90_persistent)
     sm90_one_tile: bool = False  # the one-CTA-per-tile sm90 forward kernel is built
+    sm90_short_causal: bool = False  # the d = 64 short causal sm90 forward kernel is built
 
 
 def _split(value: str) -> list[str]:
@@ -228,6 +233,8 @@ def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int
         smem_tiles=parse_smem_tiles(env.get("FLASH_ATTN_CUDA_SMEM_TILES"), archs),
         sm90_persistent=sm90_persistent,
         sm90_one_tile=sm90_one_tile,
+        sm90_short_causal=parse_bool("FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL", env.get("FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL"),
+                                     False),
     )
 
 

@@ -34,10 +34,11 @@ KERNELS = {
 }
 # (family, direction) -> {variant: (the entry point's extra template arguments, head dims or None for
 # every one the row builds)}: variants with a unit of their own per (head dim, dtype),
-# <stem>_hdim<d>_<dtype>_<variant>.cu, built with the feature kernels. The sm90 backward's dropout
-# variant covers d = 256's role-split tile too (sm90/bwd_mainloop_split.h kDropout).
+# <stem>_hdim<d>_<dtype>_<variant>.cu. dropout: built with the feature kernels; the sm90 backward's
+# covers d = 256's role-split tile too (sm90/bwd_mainloop_split.h kDropout). short_causal: with
+# FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1 (sm90/fwd_api.h fwd_short_causal).
 VARIANTS = {
-    ("sm90", "fwd"): {"dropout": ("true", None)},
+    ("sm90", "fwd"): {"dropout": ("true", None), "short_causal": ("false, true", (64,))},
     ("sm90", "bwd"): {"dropout": ("true", (64, 128, 256))},
 }
 # direction -> (launch header, entry point, params struct) of the sm80 family (per-dtype files use it)
@@ -108,13 +109,15 @@ def per_dtype_source(direction: str, dtype: str) -> str:
 
 def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hdims: tuple[int, ...] = (),
                         sm90_dropout_hdims: tuple[int, ...] = (), sm90_bwd_hdims: tuple[int, ...] = (),
-                        sm90_bwd_dropout_hdims: tuple[int, ...] = ()) -> str:
+                        sm90_bwd_dropout_hdims: tuple[int, ...] = (),
+                        sm90_short_causal_hdims: tuple[int, ...] = ()) -> str:
     hdim_list = " ".join(f"X({d})" for d in sorted(hdims))
     dtype_list = " ".join(f"X({DTYPES[t][0]}, {DTYPES[t][1]})" for t in dtypes)
     sm90_list = " ".join(f"X({d})" for d in sorted(sm90_hdims))
     sm90_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_dropout_hdims))
     sm90_bwd_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_hdims))
     sm90_bwd_dropout_list = " ".join(f"X({d})" for d in sorted(sm90_bwd_dropout_hdims))
+    sm90_short_causal_list = " ".join(f"X({d})" for d in sorted(sm90_short_causal_hdims))
     return (f"{HEADER}#pragma once\n\n"
             f"// X(head_dim) for every compiled head dim, increasing.\n"
             f"#define FLASH_FOR_EACH_HDIM(X) {hdim_list}\n"
@@ -129,7 +132,10 @@ def build_config_header(hdims: tuple[int, ...], dtypes: tuple[str, ...], sm90_hd
             f"// without the backward.\n"
             f"#define FLASH_SM90_BWD_FOR_EACH_HDIM(X) {sm90_bwd_list}\n"
             f"// X(head_dim) of those whose dropout variant was compiled (with the feature kernels).\n"
-            f"#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) {sm90_bwd_dropout_list}\n")
+            f"#define FLASH_SM90_BWD_DROPOUT_FOR_EACH_HDIM(X) {sm90_bwd_dropout_list}\n"
+            f"// X(head_dim) of the sm90 forward's whose short causal kernel was compiled\n"
+            f"// (FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL).\n"
+            f"#define FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(X) {sm90_short_causal_list}\n")
 
 
 def _write_if_changed(path: pathlib.Path, text: str) -> None:
@@ -139,9 +145,11 @@ def _write_if_changed(path: pathlib.Path, text: str) -> None:
 
 
 def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), families=("sm80",),
-             smem_tiles: bool = True, features: bool = True) -> list[str]:
+             smem_tiles: bool = True, features: bool = True, short_causal: bool = False) -> list[str]:
     """Writes the files for this build, removes stale ones; returns the .cu paths. smem_tiles: the
-    SMEM_TILES rows too (build_config.parse_smem_tiles); features: the VARIANTS files too."""
+    SMEM_TILES rows too (build_config.parse_smem_tiles); features: the dropout VARIANTS files too;
+    short_causal: the short_causal ones."""
+    built_variants = {"dropout": features, "short_causal": short_causal}
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = []
@@ -157,8 +165,8 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
                     path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}_smem{kb}.cu"
                     _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, kb))
                     sources.append(str(path))
-                for variant in VARIANTS.get((family, direction), {}) if features else ():
-                    if hdim not in variant_head_dims(family, direction, variant, hdims):
+                for variant in VARIANTS.get((family, direction), {}):
+                    if not built_variants[variant] or hdim not in variant_head_dims(family, direction, variant, hdims):
                         continue
                     path = out / f"{file_stem(family, direction)}_hdim{hdim}_{dtype}_{variant}.cu"
                     _write_if_changed(path, instantiation_source(direction, hdim, dtype, family, variant=variant))
@@ -175,8 +183,10 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
     sm90_bwd_hdims = family_head_dims("sm90", "bwd", hdims) if "sm90" in families and "bwd" in directions else ()
     sm90_dropout = variant_head_dims("sm90", "fwd", "dropout", hdims) if features and sm90_hdims else ()
     sm90_bwd_dropout = variant_head_dims("sm90", "bwd", "dropout", hdims) if features and sm90_bwd_hdims else ()
+    sm90_short = variant_head_dims("sm90", "fwd", "short_causal", hdims) if short_causal and sm90_hdims else ()
     _write_if_changed(out / "build_config.h", build_config_header(tuple(hdims), tuple(dtypes), sm90_hdims,
-                                                                  sm90_dropout, sm90_bwd_hdims, sm90_bwd_dropout))
+                                                                  sm90_dropout, sm90_bwd_hdims, sm90_bwd_dropout,
+                                                                  sm90_short))
     return sources
 
 
@@ -188,7 +198,8 @@ def main() -> None:
     args = parser.parse_args()
     cfg = build_config.from_env(os.environ)
     files = generate(args.out, build_config.parse_head_dims(args.hdims), build_config.parse_dtypes(args.dtypes),
-                     build_config.directions(cfg), build_config.families(cfg), cfg.smem_tiles, cfg.features)
+                     build_config.directions(cfg), build_config.families(cfg), cfg.smem_tiles, cfg.features,
+                     cfg.sm90_short_causal)
     print("\n".join(files))
 
 

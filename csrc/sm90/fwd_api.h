@@ -12,9 +12,26 @@ namespace flash::sm90 {
 // Runs the sm90 forward on `stream` (TMA + wgmma + warp specialisation). The caller has checked
 // fwd_supports(params) and that the device is compute capability 9.0. Returns the launch's status.
 // kDropout: the dropout variant (its own instantiation, sm90_fwd_hdim<D>_<dtype>_dropout.cu), for
-// exactly the calls with dropout_p > 0 (cudaErrorInvalidValue otherwise).
-template <typename Element, int kHeadDim, bool kDropout = false>
+// exactly the calls with dropout_p > 0 (cudaErrorInvalidValue otherwise). kShortCausal: the short causal
+// kernel (sm90_fwd_hdim<D>_<dtype>_short_causal.cu, FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL builds), for causal
+// calls without dropout only (cudaErrorInvalidValue otherwise).
+template <typename Element, int kHeadDim, bool kDropout = false, bool kShortCausal = false>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);
+
+// Longest query length the short causal kernel takes (fwd_short_causal). The macro (compiled into
+// fwd_dispatch.cu) is for same-run comparisons: 0 turns the kernel off, a larger value moves the switch.
+#ifndef FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL_MAX_SEQLEN
+#define FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL_MAX_SEQLEN 1024
+#endif
+constexpr int kShortCausalMaxSeqlenQ = FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL_MAX_SEQLEN;
+
+// Whether a causal call without dropout at head dim 64 runs on the short causal kernel (128 x 128, two
+// consumer warpgroups) instead of the causal tile (192 x 128, three): seqlen_q <= 1k, where the 192-row
+// tiles' last tile is mostly idle. H100 SXM, the FA2 grid (seventeenth session, results/h100_fwd64_wg2.md):
+// +2.8 % at 512, +9.4 % at 1k, -6 % at 2k and beyond. The dispatch asks only where the build has it.
+constexpr bool fwd_short_causal(int headdim_rounded, bool causal, bool dropout, int seqlen_q) {
+  return headdim_rounded == 64 && causal && !dropout && seqlen_q <= kShortCausalMaxSeqlenQ;
+}
 
 // Whether the sm90 forward implements this call's options (head dim, masks, score modifiers,
 // varlen, strides/alignment that TMA needs). Calls it refuses go to the sm80 family: the dispatch

@@ -91,15 +91,23 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
 }
 
-template <typename Element, int kHeadDim, bool kDropout>
+template <typename Element, int kHeadDim, bool kDropout, bool kShortCausal>
 cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
+  if constexpr (kShortCausal) {  // its own units: only the causal kernel of FwdTraitsShortCausal in them
+    static_assert(!kDropout, "the short causal kernel has no dropout variant");
+    using Traits = FwdTraitsShortCausal<Element, kHeadDim>;
+    if (needs_dropout(params) || !is_causal(params)) { return cudaErrorInvalidValue; }
+    if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
+    return launch_fwd_kernel<Traits, true, false>(FwdTma<Traits>::make_params(params), stream);
+  } else {
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
-  static_assert(!kDynamicNonCausal<FwdTraitsFor<Element, kHeadDim, kDropout>> ||
-                    fwd_draws_tiles(kHeadDim, false, kDropout),
-                "fwd_draws_tiles (the dispatch's counter check) must cover every tile that draws its tiles");
+    static_assert(!kDynamicNonCausal<FwdTraitsFor<Element, kHeadDim, kDropout>> ||
+                      fwd_draws_tiles(kHeadDim, false, kDropout),
+                  "fwd_draws_tiles (the dispatch's counter check) must cover every tile that draws its tiles");
 #endif
-  return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout, FwdTraitsFor<Element, kHeadDim, kDropout, true>>(
-      params, stream);
+    return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout, FwdTraitsFor<Element, kHeadDim, kDropout, true>>(
+        params, stream);
+  }
 }
 
 }  // namespace flash::sm90

@@ -38,10 +38,12 @@ struct FwdTile;
 // blocks loaded further ahead): 2 stages 425-428 / 441-442 / 491 / 516-517 TFLOP/s at 512 / 1k / 4k / 16k,
 // causal 228-229 / 296-298 / 440-441 / 508-509; 3: 429 / 438 / 492 / 517, causal 231 / 303 / 441 / 510;
 // 4: 439 / 440 / 492 / 517, causal 228 / 298 / 441 / 509. Within noise: 2 stays.
-// Experiment (fifteenth session, compiled, not yet run): FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG=2 gives the
-// causal kernel its own 128 x 128 two-warpgroup tile (no idle warpgroups in the last tile of 512 / 1k
-// rows, 4 / 8 tiles of 128 against 2.7 / 5.3 of 192); causal 512 / 1k are 0.88 / 0.91x cuDNN with 192 x 128
-// (results/h200_fwd14.md). Default 3: the non-causal tile.
+// FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG=2 gives the causal kernel a 128 x 128 two-warpgroup tile (no idle
+// warpgroups in the last tile of 512 / 1k rows, 4 / 8 tiles of 128 against 2.7 / 5.3 of 192). Measured
+// (seventeenth session, H100 SXM, causal forward against 192 x 128 in one call, A B A,
+// results/h100_fwd64_wg2.md): +2.8 % at 512, +9.4 % at 1k (0.85-0.88 -> 0.95x cuDNN), -6 / -7 / -12 % at
+// 2k / 4k / 16k. Default 3: the non-causal tile for every causal call; the two-warpgroup one serves short
+// causal calls as a kernel of its own (kNConsumerWGShortCausal, FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL builds).
 #ifndef FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG
 #define FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG 3
 #endif
@@ -52,6 +54,7 @@ struct FwdTile<64> {
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 3;
   static constexpr int kNConsumerWGCausal = FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG;
+  static constexpr int kNConsumerWGShortCausal = 2;  // fwd_api.h fwd_short_causal
   static constexpr int kNConsumerWGDropout = 2;
 };
 
@@ -99,5 +102,11 @@ using FwdTraitsFor =
               FwdTile<kHeadDim>::kStages, Element, true,
               kDropout ? FwdTile<kHeadDim>::kNConsumerWGDropout
                        : (kCausal ? FwdTile<kHeadDim>::kNConsumerWGCausal : FwdTile<kHeadDim>::kNConsumerWG)>;
+
+// The short causal kernel's tile (fwd_api.h fwd_short_causal; head dims whose FwdTile has
+// kNConsumerWGShortCausal): the causal tile's keys and stages, kNConsumerWGShortCausal warpgroups.
+template <typename Element, int kHeadDim>
+using FwdTraitsShortCausal = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kBlockN, FwdTile<kHeadDim>::kStages, Element, true,
+                                       FwdTile<kHeadDim>::kNConsumerWGShortCausal>;
 
 }  // namespace flash::sm90
