@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 
 #include "device_attribute.h"
 #include "flash_api.h"
@@ -89,15 +88,6 @@ bool params_supported(const FwdParams& params) {
 
 // ---- the sm90 family (sm_90a code: compute capability 9.0 only)
 
-// Whether the build compiled the short causal kernel of this call's head dim (sm90/fwd_api.h
-// fwd_short_causal; FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL builds).
-static bool sm90_short_causal_compiled(const FwdParams& params) {
-  for (const int d : std::initializer_list<int>{FLASH_SM90_SHORT_CAUSAL_FOR_EACH_HDIM(FLASH_LIST_ITEM)}) {
-    if (d == params.headdim_rounded) { return true; }
-  }
-  return false;
-}
-
 template <typename Element>
 static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params)) {  // the dropout variant, its own units
@@ -111,9 +101,8 @@ static cudaError_t run_sm90_dtype(const FwdParams& params, cudaStream_t stream) 
         return cudaErrorInvalidValue;
     }
   }
-  if (sm90_short_causal_compiled(params) &&
-      sm90::fwd_short_causal(params.headdim_rounded, is_causal(params), false, params.seqlen_q)) {
-    switch (params.headdim_rounded) {  // the short causal kernel, its own units
+  if (sm90::fwd_short_causal(params.headdim_rounded, is_causal(params), false, params.seqlen_q)) {
+    switch (params.headdim_rounded) {  // the short causal kernel where built (its own units), else below
 #define FLASH_CASE(D) \
   case D:             \
     return sm90::run_fwd_<Element, D, false, true>(params, stream);

@@ -19,8 +19,7 @@ gpu_setup() {
 }
 
 gpu_build() {
-  local so t0 brc
-  local config
+  local so t0 brc config
   config=$(env | grep -E "^FLASH_ATTN_CUDA_" | sort | tr '\n' ' ')
   so=$(ls flash_attn_cuda/_C*.so 2>/dev/null | head -1)
   # Reused only when no source is newer and the build had the same FLASH_ATTN_CUDA_* settings; its log
