@@ -1,6 +1,6 @@
 """The Hopper (sm90) backward: gradients vs autograd through a float32 reference (FA2's rule: each of
 dq, dk, dv within twice PyTorch's own low-precision error + 1e-4), on shapes that cross every tile
-boundary of its tiles (64/128 query rows per step, 128 keys per CTA; d = 256: 64 x 64, the role-split tile), causal both ways, GQA, strided
+boundary of its tiles (64/80/128 query rows per step, 128 keys per CTA; d = 256: 64 x 64, the role-split tile), causal both ways, GQA, strided
 inputs, and the check that the sm90 main kernel really ran (last_bwd_family). Runs with
 FLASH_ATTN_CUDA_FAMILY=sm90 (both directions then ask for sm90); skipped where it cannot run.
 """
@@ -40,7 +40,8 @@ def rand(*shape, dtype):
 
 
 # Tile edges: 1, 63/64/65, 79/80/81, 127/128/129 rows or keys; seqlen_q > seqlen_k and < (causal is
-# bottom-right).
+# bottom-right). 80-row tiles (FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M=80) reach past the 128-row padding
+# of the scratch at 81 / 127 / 1000 query rows (bwd_kernel.h copy_scratch_rows).
 SEQLENS = [(1, 1), (64, 128), (65, 129), (127, 63), (63, 65), (79, 81), (81, 80), (129, 257), (200, 1000),
            (1000, 200), (1024, 1024)]
 

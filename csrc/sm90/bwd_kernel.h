@@ -50,6 +50,36 @@ CUTE_DEVICE void q_block_range(const BwdParams& p, int n0, int& m_min, int& m_ma
   }
 }
 
+// The scratch's padding rows (bwd_passes.h: lse_log2 +inf, delta 0), for the rows a query tile reaches
+// past seqlen_q_rounded (copy_scratch_rows). One copy per translation unit.
+namespace {
+constexpr int kPadRows = 128;
+__device__ alignas(16) const float kLseLog2Pad[kPadRows] = {
+#define FLASH_INF8 INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY
+    FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8,
+    FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8, FLASH_INF8};
+#undef FLASH_INF8
+__device__ alignas(16) const float kDeltaPad[kPadRows] = {};
+}  // namespace
+
+// Query tile m's kBlockM scratch rows (lse_log2 or delta of one (batch, head), from `rows`; `pad`: the
+// padding rows' value) to shared memory by 1-D bulk copies on `bar`, whose pipeline expects kBlockM rows.
+// Tiles that do not divide kBwdRowAlign (Traits::kRowGuard, 80 rows) copy only the rows below
+// seqlen_q_rounded (m kBlockM < seqlen_q <= seqlen_q_rounded, both multiples of 16: whole 16-byte units)
+// and the rest from `pad`, so every row past seqlen_q reads as a padding row.
+template <class Traits>
+CUTE_DEVICE void copy_scratch_rows(const float* rows, const float* pad, int m, int seqlen_q_rounded, uint64_t* bar,
+                                   float* smem) {
+  constexpr int kM = Traits::kBlockM;
+  static_assert(kM <= kPadRows);
+  int n = kM;
+  if constexpr (Traits::kRowGuard) { n = min(kM, seqlen_q_rounded - m * kM); }
+  SM90_BULK_COPY_G2S::copy(rows + m * kM, bar, smem, n * int(sizeof(float)));
+  if constexpr (Traits::kRowGuard) {
+    if (n < kM) { SM90_BULK_COPY_G2S::copy(pad, bar, smem + n, (kM - n) * int(sizeof(float))); }
+  }
+}
+
 // The shared tiles as CuTe tensors (shapes in bwd_mainloop.h). Both tiles' operands: Q, dO and their
 // transposed views, K, V, K^T, dS and dS^T, the LSE_log2 / delta rows.
 template <class Traits>
@@ -83,12 +113,14 @@ struct BwdOperandTensors {
 template <class Traits>
 struct BwdSmemTensors : BwdOperandTensors<Traits> {
   typename BwdOperandTensors<Traits>::template Smem<typename Traits::SmemLayoutDQ, float> dq;  // fp32
+  typename BwdOperandTensors<Traits>::template Smem<typename Traits::SmemLayoutDQt, float> dqt;  // its transpose
   uint64_t* dq_full;   // (kDQStages,) mbarriers, bwd_traits.h
   uint64_t* dq_empty;
 
   CUTE_DEVICE explicit BwdSmemTensors(typename Traits::SharedStorage& ss)
       : BwdOperandTensors<Traits>(ss),
         dq(make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQ{})),
+        dqt(make_tensor(make_smem_ptr(ss.dq.data()), typename Traits::SmemLayoutDQt{})),
         dq_full(ss.barrier_dq_full),
         dq_empty(ss.barrier_dq_empty) {}
 };
@@ -161,11 +193,13 @@ CUTE_DEVICE int dq_turn_number(const BwdParams& p, int m, int n_block) {
   }
 }
 
+// Query tile m's semaphore: entry m of its (batch, head)'s seqlen_q_rounded / kBwdSemaphoreRows (tiles of
+// at least kBwdSemaphoreRows rows are no more than those entries).
 template <class Traits>
 CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
-  static_assert(Traits::kBlockM % kBwdSemaphoreRows == 0);
+  static_assert(Traits::kBlockM >= kBwdSemaphoreRows, "one semaphore per query tile");
   const int64_t head_row0 = (int64_t(blockIdx.z) * p.nheads + blockIdx.y) * (p.seqlen_q_rounded / kBwdSemaphoreRows);
-  return p.dq_semaphore_ptr + head_row0 + m * (Traits::kBlockM / kBwdSemaphoreRows);
+  return p.dq_semaphore_ptr + head_row0 + m;
 }
 
 // Store-first kernels (bwd_api.h bwd_store_first) with the semaphores given: the first block to reach
@@ -345,18 +379,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     // unrolled: with the dQ writer in the same 24-register warpgroup, ptxas's 4-way unrolled loader
     // spilled 44 bytes.
     auto st = cutlass::make_producer_start_state<Pipeline>();
-    constexpr int kRowBytes = kM * int(sizeof(float));
 #pragma unroll 1
     for (int step = m_min; step < m_max; ++step) {
       const int m = walk.tile(step);  // query tile
       pipe_q.producer_acquire(st);
       uint64_t* bar_q = pipe_q.producer_get_barrier(st);
       copy(kp.tma_q.with(*bar_q), tQgQ(_, m), tQsQ(_, st.index()));
-      SM90_BULK_COPY_G2S::copy(p.lse_log2_ptr + scratch_row0 + m * kM, bar_q, sm.lse_log2 + st.index() * kM, kRowBytes);
+      copy_scratch_rows<Traits>(p.lse_log2_ptr + scratch_row0, kLseLog2Pad, m, p.seqlen_q_rounded, bar_q, sm.lse_log2 + st.index() * kM);
       pipe_do.producer_acquire(st);
       uint64_t* bar_do = pipe_do.producer_get_barrier(st);
       copy(kp.tma_do.with(*bar_do), tdOgdO(_, m), tdOsdO(_, st.index()));
-      SM90_BULK_COPY_G2S::copy(p.delta_ptr + scratch_row0 + m * kM, bar_do, sm.delta + st.index() * kM, kRowBytes);
+      copy_scratch_rows<Traits>(p.delta_ptr + scratch_row0, kDeltaPad, m, p.seqlen_q_rounded, bar_do, sm.delta + st.index() * kM);
       ++st;
     }
     return;

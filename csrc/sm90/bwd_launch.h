@@ -72,9 +72,10 @@ cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
-  // The causal kernels may have a tile of their own (bwd_tile_table.h stages / dq_stages).
-  return is_causal(params) ? run_bwd_passes<BwdTraitsFor<Element, kHeadDim, true>, true, kDropout>(params, stream)
-                           : run_bwd_passes<BwdTraitsFor<Element, kHeadDim, false>, false, kDropout>(params, stream);
+  // The causal and the dropout kernels may have tiles of their own (bwd_tile_table.h).
+  return is_causal(params)
+             ? run_bwd_passes<BwdTraitsFor<Element, kHeadDim, true, kDropout>, true, kDropout>(params, stream)
+             : run_bwd_passes<BwdTraitsFor<Element, kHeadDim, false, kDropout>, false, kDropout>(params, stream);
 }
 
 }  // namespace flash::sm90

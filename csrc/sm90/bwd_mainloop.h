@@ -102,6 +102,19 @@ CUTE_DEVICE void store_pairs_shared(TensorR const& r, TensorS const& sdq) {
   }
 }
 
+// The swapped dQ^T (kDQSwapAB) to shared memory through sdQ's transposed view: one st.shared.f32 per
+// element (a C fragment's column pairs are adjacent query rows there, not adjacent words). A warp's 32
+// stores of one register are 8 consecutive d columns x 4 query rows two apart: 8 distinct 16-byte
+// chunks under the 128-byte fp32 swizzle, no bank conflict.
+template <class TensorR, class TensorS>
+CUTE_DEVICE void store_shared(TensorR const& r, TensorS const& sdq) {
+  CUTE_UNROLL
+  for (int j = 0; j < size(r); ++j) {
+    const uint32_t addr = cast_smem_ptr_to_uint(&sdq(j));
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(r(j)) : "memory");
+  }
+}
+
 // Causal: a warpgroup none of whose keys the first query block sees skips that block's S^T, dP^T, dV
 // and dK GEMMs (BwdMainloop::run, first_masked). FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED=0 computes them
 // (comparisons). Measured (H200, d = 128 causal backward, A / B / A against 0): +2.3 / +1.8 / +1.8 /
@@ -137,6 +150,13 @@ struct BwdMainloop {
   // The masked first block skipped (run, first_masked): causal; the dropout variant where
   // bwd_skip_masked_dropout picks it (d = 128 by default).
   static constexpr bool kSkipMasked = kCausal && kBwdSkipMasked && (!kDropout || bwd_skip_masked_dropout(kD));
+  // kPRounded (tiles of more than 64 query rows): P^T goes to Element as soon as it is computed and
+  // dS^T = P^T (dP^T - D) takes that rounded P^T (the one dV's GEMM uses), so the fp32 P^T (kBlockM / 2
+  // registers) is not live while dP^T lands. The 80 x 128 tile at d = 128 otherwise needed more than 240
+  // registers there (ptxas, nvcc 13.0: 68-152 B spilled, wgmma serialised, C7512).
+  // These tiles also wait for dV's GEMM before issuing dQ's, so rP and the dQ accumulators (kBlockM / 2
+  // registers each) are never live together.
+  static constexpr bool kPRounded = kBlockM > 64 && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -165,10 +185,17 @@ struct BwdMainloop {
     Tensor tdKrQt = thr_kv.partition_fragment_B(sm.qt);    // (MMA, 1, kBlockM/16, stages)
     Tensor tdVrdOt = thr_kv.partition_fragment_B(sm.dot);
 
-    // dQ part of this warpgroup: rows [r0, r0 + kDQRows), columns [c0, c0 + kDQCols) of the tile.
+    // dQ part of this warpgroup: rows [r0, r0 + kDQRows), columns [c0, c0 + kDQCols) of the tile; K^T's
+    // columns of it are B of dQ = dS K, or A of the swapped dQ^T = K^T dS^T.
     const int dq_row_blk = Traits::kDQSplitRows ? cwg : 0, dq_col_blk = Traits::kDQSplitRows ? 0 : cwg;
-    Tensor tdQrKt = thr_dq.partition_fragment_B(
-        local_tile(sm.kt, Shape<Int<Traits::kDQCols>, Int<kBlockN>>{}, make_coord(dq_col_blk, _0{})));
+    auto sKt_dq = local_tile(sm.kt, Shape<Int<Traits::kDQCols>, Int<kBlockN>>{}, make_coord(dq_col_blk, _0{}));
+    Tensor tdQrKt = [&] {
+      if constexpr (Traits::kDQSwapAB) {
+        return thr_dq.partition_fragment_A(sKt_dq);  // (MMA, 1, kBlockN/16)
+      } else {
+        return thr_dq.partition_fragment_B(sKt_dq);
+      }
+    }();
 
     using TileS = decltype(select<0, 1>(typename Traits::TileSdP{}));
     Tensor tSrS = partition_fragment_C(mma_sdp, TileS{});    // ((2,2,kBlockM/8),1,1) fp32: S^T, then P^T
@@ -177,10 +204,21 @@ struct BwdMainloop {
     Tensor rdS = make_tensor<Element>(tSrS.layout());
     Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));     // ((2,2,2),1,kBlockM/16)
     Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
-    Tensor tdQrdQ = partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{}));
+    // kPRounded tiles: dQ^T's accumulators are S^T's registers (dead from P^T's conversion to the next
+    // S^T, which is issued after dQ went to sdQ); same fragment shape (64 x kBlockM).
+    auto tdQ_layout = partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{})).layout();
+    Tensor tdQrdQ = [&] {
+      if constexpr (kPRounded) {
+        static_assert(decltype(size(tdQ_layout))::value == decltype(size(tSrS))::value);
+        return make_tensor(tSrS.data(), tdQ_layout);
+      } else {
+        return partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{}));
+      }
+    }();
 
     Tensor s = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));  // (keys, q) views
     Tensor dp = make_tensor(tdPrdP.data(), acc_rowcol(tdPrdP.layout()));
+    Tensor p_rounded = make_tensor(rP.data(), acc_rowcol(rP.layout()));  // kPRounded: P^T in Element
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileS{}));
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
     const int key0 = n0 + kWGKeys * cwg;
@@ -193,6 +231,7 @@ struct BwdMainloop {
     Tensor tdSrdS = r2s_thr_ds.retile_S(rdS);                               // ((8, 1), MMA_M, MMA_N)
     Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
     Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
+    Tensor sdQt_pi = as_position_independent_swizzle_tensor(sm.dqt);        // (d, q, dq_stage) fp32
 
     // Step m (query tile walk.tile(m)) up to its GEMM operands, once S^T of it has been issued: dP^T
     // issued, P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to
@@ -208,6 +247,10 @@ struct BwdMainloop {
       warpgroup_fence_operand(tSrS);
       st_to_pt<kCausal, kWGKeys, kBlockN>(s, tScS_rc, sm.lse_log2 + sq.index() * kBlockM, scale_log2, key0, n0, m0,
                                           seqlen_q, seqlen_k);
+      if constexpr (kPRounded) {                  // P^T's fp32 registers free before dP^T lands
+        CUTE_UNROLL
+        for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)
@@ -226,13 +269,17 @@ struct BwdMainloop {
             const float dp_kept = __uint_as_float(__float_as_uint(dp(r, c)) & ~dropped);
             dp(r, c) = s(r, c) * fmaf(dp_kept, drop.p->rp_dropout, -dd);
             s(r, c) = __uint_as_float(__float_as_uint(s(r, c)) & ~dropped);
+          } else if constexpr (kPRounded) {
+            dp(r, c) = float(p_rounded(r, c)) * (dp(r, c) - dd);
           } else {
             dp(r, c) = s(r, c) * (dp(r, c) - dd);
           }
         }
       }
-      CUTE_UNROLL
-      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      if constexpr (!kPRounded) {
+        CUTE_UNROLL
+        for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+      }
       CUTE_UNROLL
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
     };
@@ -264,9 +311,14 @@ struct BwdMainloop {
       }
     };
     auto issue_dq = [&](int i) {                  // dQ = dS K of block i (every key of sdS stage i % kDSStages)
-      Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
-          sm.ds(_, _, i % kDSStages), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
-      wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      if constexpr (Traits::kDQSwapAB) {          // dQ^T = K^T dS^T
+        Tensor tdQrdS = thr_dq.partition_fragment_B(sm.ds(_, _, i % kDSStages));  // (MMA, 1, kBlockN/16)
+        wg_gemm<true>(mma_dq, tdQrKt, tdQrdS, tdQrdQ);
+      } else {
+        Tensor tdQrdS = thr_dq.partition_fragment_A(local_tile(
+            sm.ds(_, _, i % kDSStages), Shape<Int<Traits::kDQRows>, Int<kBlockN>>{}, make_coord(dq_row_blk, _0{})));
+        wg_gemm<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      }
     };
     // dQ of block i (its GEMM waited) to sdQ stage i % kDQStages once the writer freed it, then dq_full.
     // Stage s was last filled at block i - kDQStages: its (i / kDQStages - 1)-th hand-back (parity 1 on
@@ -274,10 +326,17 @@ struct BwdMainloop {
     auto hand_dq = [&](int i) {
       const int dq_stage = i % kDQStages;
       cutlass::arch::ClusterBarrier::wait(sm.dq_empty + dq_stage, ((i / kDQStages) & 1) ^ 1);
-      Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_pi(_, _, dq_stage),
-                                                    Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
-                                                    make_coord(dq_row_blk, dq_col_blk)));
-      store_pairs_shared(tdQrdQ, tdQsdQ);
+      if constexpr (Traits::kDQSwapAB) {
+        Tensor tdQsdQt = thr_dq.partition_C(local_tile(sdQt_pi(_, _, dq_stage),
+                                                       Shape<Int<Traits::kDQCols>, Int<kBlockM>>{},
+                                                       make_coord(dq_col_blk, _0{})));
+        store_shared(tdQrdQ, tdQsdQt);
+      } else {
+        Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_pi(_, _, dq_stage),
+                                                      Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
+                                                      make_coord(dq_row_blk, dq_col_blk)));
+        store_pairs_shared(tdQrdQ, tdQsdQ);
+      }
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
     };
@@ -323,6 +382,10 @@ struct BwdMainloop {
       const int i = m - m_min;
       wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       share_ds(i);
+      if constexpr (kPRounded) {                  // dV done (rP free) before dQ's accumulators are live
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdVrdV);
+      }
       issue_dq(i);
       // dK last: its GEMM runs while this warpgroup hands dQ to the writer (FA3's order).
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);

@@ -12,9 +12,9 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct BwdTile;
 
-// stages(causal): Q / dO pipeline stages; dq_stages(causal): sdQ buffers of the dQ writer (bwd_traits.h).
-// A tile may pick them per causality: the causal and the non-causal kernels are separate instances
-// either way (bwd_launch.h), so this costs no build time.
+// block_m(causal, dropout): query rows per step; stages(causal): Q / dO pipeline stages; dq_stages(causal,
+// dropout): sdQ buffers of the dQ writer (bwd_traits.h). A tile may pick them per causality and dropout:
+// those kernels are separate instances either way (bwd_launch.h), so this costs no build time.
 
 // d = 64: 64 query rows per step; each consumer's dQ part is 64 x 32 (K in 64-byte swizzle,
 // bwd_traits.h). FA3's 128 x 128 compiles here with wgmma serialised for lack of registers (ptxas
@@ -41,18 +41,31 @@ struct BwdTile;
 #endif
 template <>
 struct BwdTile<64> {
-  static constexpr int kBlockM = 64;
+  static constexpr int block_m(bool, bool) { return 64; }
   static constexpr int stages(bool causal) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES; }
-  static constexpr int dq_stages(bool causal) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES; }
+  static constexpr int dq_stages(bool causal, bool) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES; }
 };
 
 // d = 128: 64 query rows per step (FA3's causal 64 x 128), 2 stages and 2 sdQ stages: Q, dO 2 x 2 x 16 KB,
 // K, V 2 x 32 KB, dS 2 x 16 KB, dQ fp32 2 x 32 KB = 224 KB (+ LSE / delta rows and barriers: 226 KB of 227).
+// FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M=80 gives the non-causal kernel without dropout FA3's non-causal
+// 80 x 128: a fifth more GEMM work per step against the same per-step costs (the Q / dO waits, the dS
+// meeting, the dQ hand-over and its reduce-add), dQ^T computed swapped (bwd_traits.h kDQSwapAB), one sdQ
+// stage: Q, dO 2 x 2 x 20 KB, K, V 2 x 32 KB, dS 2 x 20 KB, dQ fp32 40 KB = 224 KB (+ rows, barriers:
+// 226 KB). Prediction (eighteenth session, not yet run): d = 128 non-causal backward +4-7 % at >= 2k,
+// +2-4 % at 512 / 1k (the last 80-row tile of 512 / 1k is 40 % / 80 % full).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M
+#define FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M 64
+#endif
 template <>
 struct BwdTile<128> {
-  static constexpr int kBlockM = 64;
+  static_assert(FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M == 80,
+                "FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M is 64 or 80");
+  static constexpr int block_m(bool causal, bool dropout) {
+    return causal || dropout ? 64 : FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M;
+  }
   static constexpr int stages(bool) { return 2; }
-  static constexpr int dq_stages(bool) { return 2; }
+  static constexpr int dq_stages(bool causal, bool dropout) { return block_m(causal, dropout) == 80 ? 1 : 2; }
 };
 
 // d = 256: the role-split tile (bwd_traits_split.h): 64 keys per CTA, consumer 0 S^T / P^T / dV,
@@ -64,16 +77,17 @@ struct BwdTile<128> {
 // through shared memory, dK/dV swapAB, dQ by atomics) splits every GEMM between the warpgroups.
 template <>
 struct BwdTile<256> {
-  static constexpr int kBlockM = 64;
+  static constexpr int block_m(bool, bool) { return 64; }
   static constexpr int stages(bool) { return 2; }
-  static constexpr int dq_stages(bool) { return 2; }  // no sdQ in the role-split tile
+  static constexpr int dq_stages(bool, bool) { return 2; }  // no sdQ in the role-split tile
 };
 
-// kCausal has no default: the causal and non-causal kernels may have different tiles.
-template <typename Element, int kHeadDim, bool kCausal>
+// kCausal, kDropout have no default: the causal, non-causal and dropout kernels may have different tiles.
+template <typename Element, int kHeadDim, bool kCausal, bool kDropout>
 using BwdTraitsFor = std::conditional_t<
-    kHeadDim == 256, BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::kBlockM, BwdTile<kHeadDim>::stages(kCausal), Element>,
-    BwdTraits<kHeadDim, BwdTile<kHeadDim>::kBlockM, 128, BwdTile<kHeadDim>::stages(kCausal), Element,
-              BwdTile<kHeadDim>::dq_stages(kCausal)>>;
+    kHeadDim == 256,
+    BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::block_m(kCausal, kDropout), BwdTile<kHeadDim>::stages(kCausal), Element>,
+    BwdTraits<kHeadDim, BwdTile<kHeadDim>::block_m(kCausal, kDropout), 128, BwdTile<kHeadDim>::stages(kCausal), Element,
+              BwdTile<kHeadDim>::dq_stages(kCausal, kDropout)>>;
 
 }  // namespace flash::sm90

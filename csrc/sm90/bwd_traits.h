@@ -15,8 +15,16 @@
 //                       (SS: A = dS keys-contiguous, B = K MN-major), fp32 to shared memory; the
 //                       dQ writer (warp 1 of the producer warpgroup) issues one TMA reduce-add into
 //                       dq_accum (params.h) per query block.
-// dS and dQ are double-buffered at least (kDSStages, kDQStages): the consumers never wait for the reduce
-// of the previous block, nor meet a second time per block (bwd_mainloop.h has the hazards).
+//                       kDQSwapAB (kBlockM = 80, not a wgmma M): dQ_c^T = K_c^T dS^T instead, the
+//                       (kDQCols x kBlockM) part, wgmma 64 x kBlockM x kBlockN (SS: A = K^T MN-major,
+//                       B = dS K-major), stored transposed into sdQ (bwd_mainloop.h store_shared).
+// dS is double-buffered (kDSStages): the consumers never meet a second time per block. dQ is too where
+// shared memory allows (kDQStages >= 2: the consumers never wait for the reduce of the previous block);
+// with one sdQ stage (80-row tiles) they wait for the reduce of block i - 1 to have read it (bwd_mainloop.h
+// has the hazards).
+// Query tiles of kBlockM rows that do not divide kBwdRowAlign (80) reach past seqlen_q_rounded at the
+// last tile: the producer copies only the LSE / delta rows that exist and pads the rest with the
+// padding rows' values, +inf / 0 (bwd_kernel.h copy_scratch_rows), so those rows' P and dS are 0.
 #pragma once
 
 #include <type_traits>
@@ -24,6 +32,8 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "../params.h"  // kBwdRowAlign
 
 namespace flash::sm90 {
 
@@ -80,7 +90,7 @@ struct BwdTraits
   static constexpr bool kRoleSplit = false; // both consumers run the same steps on their own keys
   static constexpr bool kDQByTma = true;    // sdQ + the dQ writer warp's TMA reduce-add
   static constexpr int kDSStages = 2;       // sdS buffers: block m + 1 writes dS while m's dQ GEMM may read
-  static constexpr int kDQStages = kDQStages_;  // sdQ buffers (>= 2): block m + 1 writes dQ while m's reduce reads
+  static constexpr int kDQStages = kDQStages_;  // sdQ buffers: (>= 2) block m + 1 writes dQ while m's reduce reads
   static constexpr int kNConsumerWG = 2;
   static constexpr int kWGKeys = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
@@ -91,20 +101,30 @@ struct BwdTraits
   static constexpr bool kDQSplitRows = kBlockM == 128;
   static constexpr int kDQRows = kDQSplitRows ? 64 : kBlockM;
   static constexpr int kDQCols = kBwdDQCols<kHeadDim, kBlockM>;
+  // dQ^T = K^T dS^T per consumer (kDQCols x kBlockM) where kBlockM is no multiple of 64 (a wgmma's M).
+  static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
+  // The last query tile may reach past seqlen_q_rounded (a multiple of kBwdRowAlign, params.h).
+  static constexpr bool kRowGuard = kBwdRowAlign % kBlockM != 0;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
-  static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM is the N of the S^T wgmma and one or two dQ row blocks");
-  static_assert(kDQStages >= 2, "the consumers fill sdQ stage i + 1 while the reduce of stage i reads");
-  static_assert(kDQCols % 64 == 0 || kDQCols == 32, "dQ column split at whole swizzle atoms of K");
+  static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
+                "kBlockM is the N of the S^T wgmma and one or two dQ row blocks, or the N of the swapped dQ^T");
+  static_assert(kDQStages >= 2 || kDQSwapAB, "two sdQ stages but where shared memory has room for one (80 rows)");
+  static_assert(kDQCols % 64 == 0 || (kDQCols == 32 && !kDQSwapAB), "dQ column split at whole swizzle atoms of K");
+  static_assert(kBlockM % 16 == 0, "kBlockM is the K of the dK / dV wgmma and a multiple of 16 rows (LSE bytes)");
 
   using TileSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T per consumer
   using TileKV = Shape<Int<kWGKeys>, Int<kHeadDim>, Int<kBlockM>>;   // dK, dV per consumer
-  using TileDQ = Shape<Int<kDQRows>, Int<kDQCols>, Int<kBlockN>>;    // dQ part per consumer
+  // dQ part per consumer: (rows, d columns, keys), or swapped (d columns, rows, keys).
+  using TileDQ = std::conditional_t<kDQSwapAB, Shape<Int<kDQCols>, Int<kBlockM>, Int<kBlockN>>,
+                                    Shape<Int<kDQRows>, Int<kDQCols>, Int<kBlockN>>>;
   using MmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileSdP>()));
   using MmaKV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TileKV, GMMA::Major::K, GMMA::Major::MN>()));
+  // A = dS (K-major), B = K (MN-major); swapped: A = K^T (MN-major), B = dS (K-major).
   using MmaDQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, TileDQ, GMMA::Major::K, GMMA::Major::MN>()));
+      GMMA::ss_op_selector<Element, Element, float, TileDQ, kDQSwapAB ? GMMA::Major::MN : GMMA::Major::K,
+                           kDQSwapAB ? GMMA::Major::K : GMMA::Major::MN>()));
 
   using SmemAtom = typename Base::SmemAtom;
   using SmemLayoutQ = typename Base::SmemLayoutQ;
@@ -123,6 +143,9 @@ struct BwdTraits
   // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce).
   using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{},
                                               Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
+  // Its transpose (d, q, stage): where the swapped dQ^T is stored.
+  using SmemLayoutDQt = decltype(composition(
+      SmemLayoutDQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kDQStages>>{}, Step<_2, _1, _3>{})));
 
   using Pipeline = typename Base::Pipeline;
   using PipelineState = typename Base::PipelineState;
