@@ -209,7 +209,7 @@ struct BwdMainloop {
     auto tdQ_layout = partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{})).layout();
     Tensor tdQrdQ = [&] {
       if constexpr (kPRounded) {
-        static_assert(decltype(size(tdQ_layout))::value == decltype(size(tSrS))::value);
+        static_assert(decltype(size(tdQ_layout))::value <= decltype(size(tSrS))::value);
         return make_tensor(tSrS.data(), tdQ_layout);
       } else {
         return partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{}));

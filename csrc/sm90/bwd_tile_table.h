@@ -39,11 +39,27 @@ struct BwdTile;
 #ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES
 #define FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES 3
 #endif
+// FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M=128: FA3's d = 64 tile, 128 x 128, for the non-causal kernel without
+// dropout (2 stages, 2 sdQ stages: Q, dO 2 x 2 x 16 KB, K, V 2 x 16 KB, dS 2 x 32 KB, dQ fp32 2 x 32 KB = 224 KB).
+// It fits 240 registers now that dQ's accumulators live in S^T's and P^T is rounded early (bwd_mainloop.h
+// kPRounded; ptxas, nvcc 13.0: 0 spills, no C751x), but for its deterministic kernel (C7511, wgmma
+// serialised). Prediction (eighteenth session, not yet run): non-causal backward +3-6 % (half the steps,
+// each with twice the GEMM work of a 64-row step against the same waits and dQ hand-over).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M
+#define FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M 64
+#endif
 template <>
 struct BwdTile<64> {
-  static constexpr int block_m(bool, bool) { return 64; }
-  static constexpr int stages(bool causal) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES; }
-  static constexpr int dq_stages(bool causal, bool) { return causal ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES; }
+  static_assert(FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M == 128,
+                "FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M is 64 or 128");
+  static constexpr int block_m(bool causal, bool dropout) {
+    return causal || dropout ? 64 : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
+  }
+  static constexpr bool wide(bool causal) { return block_m(causal, false) == 128; }
+  static constexpr int stages(bool causal) { return causal || wide(causal) ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES; }
+  static constexpr int dq_stages(bool causal, bool dropout) {
+    return causal || block_m(causal, dropout) == 128 ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES;
+  }
 };
 
 // d = 128: 64 query rows per step (FA3's causal 64 x 128), 2 stages and 2 sdQ stages: Q, dO 2 x 2 x 16 KB,
