@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "../params.h"
 #include "bwd_api.h"
 #include "bwd_kernel.h"
@@ -27,24 +29,32 @@ cudaError_t launch_bwd_kernel(const typename BwdTmaFor<Traits, kCausal, kDropout
   return cudaGetLastError();
 }
 
-template <class Traits, bool kCausal, bool kDropout>
+// Which of a tile's two main kernels (plain, and deterministic: the dQ writer's turns) are compiled: both,
+// or one where the deterministic calls have a tile of their own (bwd_tile_table.h block_m).
+enum class BwdUse { kBoth, kPlain, kDeterministic };
+
+template <class Traits, bool kCausal, bool kDropout, BwdUse kUse>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = BwdTmaFor<Traits, kCausal, kDropout>::make_params(params);
   if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
-    if constexpr (Traits::kDQByTma) {
+    if constexpr (Traits::kDQByTma && kUse != BwdUse::kPlain) {
       if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }
       return launch_bwd_kernel<Traits, kCausal, kDropout, true>(kp, stream);
     } else {
       return cudaErrorInvalidValue;  // never a silently non-deterministic dQ
     }
   }
-  return launch_bwd_kernel<Traits, kCausal, kDropout, false>(kp, stream);
+  if constexpr (kUse != BwdUse::kDeterministic) {
+    return launch_bwd_kernel<Traits, kCausal, kDropout, false>(kp, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
 }
 
 // Pre-pass, main kernel, dQ conversion of one kernel. A store-first kernel (bwd_api.h) given the
 // semaphores needs no zeroed dq_accum, and its conversion writes dQ = 0 for the tiles nobody adds into.
-template <class Traits, bool kCausal, bool kDropout>
+template <class Traits, bool kCausal, bool kDropout, BwdUse kUse>
 cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kD = Traits::kHeadDim;
@@ -58,7 +68,7 @@ cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
     err = launch_bwd_prepass<Element, kD>(params, stream);
   }
   if (err != cudaSuccess) { return err; }
-  err = launch_bwd_main<Traits, kCausal, kDropout>(params, stream);
+  err = launch_bwd_main<Traits, kCausal, kDropout, kUse>(params, stream);
   if (err != cudaSuccess) { return err; }
   if constexpr (kStoreFirst) {
     if (store_first) { return launch_bwd_convert_dq<Element, kD, Traits::kBlockM, Traits::kBlockN>(params, stream); }
@@ -69,13 +79,25 @@ cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
 // kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
 // dropout call on the plain kernel, or the reverse, is an error, never a silent no-op). The pre-pass
 // and the dQ conversion are the same (delta = rowsum(dO o O) of the dropped output, FA2's algebra).
+// The plain and the deterministic calls of one causality: one tile for both, or each its own.
+template <typename Element, int kHeadDim, bool kCausal, bool kDropout>
+cudaError_t run_bwd_tiles(const BwdParams& params, cudaStream_t stream) {
+  using Plain = BwdTraitsFor<Element, kHeadDim, kCausal, kDropout, false>;
+  using Deterministic = BwdTraitsFor<Element, kHeadDim, kCausal, kDropout, true>;
+  if constexpr (std::is_same_v<Plain, Deterministic>) {
+    return run_bwd_passes<Plain, kCausal, kDropout, BwdUse::kBoth>(params, stream);
+  } else {
+    return params.deterministic ? run_bwd_passes<Deterministic, kCausal, kDropout, BwdUse::kDeterministic>(params, stream)
+                                : run_bwd_passes<Plain, kCausal, kDropout, BwdUse::kPlain>(params, stream);
+  }
+}
+
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
-  // The causal and the dropout kernels may have tiles of their own (bwd_tile_table.h).
-  return is_causal(params)
-             ? run_bwd_passes<BwdTraitsFor<Element, kHeadDim, true, kDropout>, true, kDropout>(params, stream)
-             : run_bwd_passes<BwdTraitsFor<Element, kHeadDim, false, kDropout>, false, kDropout>(params, stream);
+  // The causal, dropout and deterministic kernels may have tiles of their own (bwd_tile_table.h).
+  return is_causal(params) ? run_bwd_tiles<Element, kHeadDim, true, kDropout>(params, stream)
+                           : run_bwd_tiles<Element, kHeadDim, false, kDropout>(params, stream);
 }
 
 }  // namespace flash::sm90

@@ -12,9 +12,10 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct BwdTile;
 
-// block_m(causal, dropout): query rows per step; stages(causal): Q / dO pipeline stages; dq_stages(causal,
-// dropout): sdQ buffers of the dQ writer (bwd_traits.h). A tile may pick them per causality and dropout:
-// those kernels are separate instances either way (bwd_launch.h), so this costs no build time.
+// block_m(causal, dropout, deterministic): query rows per step; stages(block_m, causal): Q / dO pipeline
+// stages; dq_stages(block_m, causal): sdQ buffers of the dQ writer (bwd_traits.h). A tile may pick them per
+// causality, dropout and determinism: those kernels are separate instances either way (bwd_launch.h), so
+// this costs no build time.
 
 // d = 64: 64 query rows per step; each consumer's dQ part is 64 x 32 (K in 64-byte swizzle,
 // bwd_traits.h). FA3's 128 x 128 compiles here with wgmma serialised for lack of registers (ptxas
@@ -42,8 +43,8 @@ struct BwdTile;
 // FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M=128: FA3's d = 64 tile, 128 x 128, for the non-causal kernel without
 // dropout (2 stages, 2 sdQ stages: Q, dO 2 x 2 x 16 KB, K, V 2 x 16 KB, dS 2 x 32 KB, dQ fp32 2 x 32 KB = 224 KB).
 // It fits 240 registers now that dQ's accumulators live in S^T's and P^T is rounded early (bwd_mainloop.h
-// kPRounded; ptxas, nvcc 13.0: 0 spills, no C751x), but for its deterministic kernel (C7511, wgmma
-// serialised). Prediction (eighteenth session, not yet run): non-causal backward +3-6 % (half the steps,
+// kPRounded; ptxas, nvcc 13.0: 0 spills, no C751x), but not with the deterministic dQ writer's turns
+// (C7511, wgmma serialised): deterministic calls keep the 64-row tile (block_m). Prediction (eighteenth session, not yet run): non-causal backward +3-6 % (half the steps,
 // each with twice the GEMM work of a 64-row step against the same waits and dQ hand-over).
 #ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M
 #define FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M 64
@@ -52,13 +53,14 @@ template <>
 struct BwdTile<64> {
   static_assert(FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M == 128,
                 "FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M is 64 or 128");
-  static constexpr int block_m(bool causal, bool dropout) {
-    return causal || dropout ? 64 : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
+  static constexpr int block_m(bool causal, bool dropout, bool deterministic) {
+    return causal || dropout || deterministic ? 64 : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
   }
-  static constexpr bool wide(bool causal) { return block_m(causal, false) == 128; }
-  static constexpr int stages(bool causal) { return causal || wide(causal) ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES; }
-  static constexpr int dq_stages(bool causal, bool dropout) {
-    return causal || block_m(causal, dropout) == 128 ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES;
+  static constexpr int stages(int block_m, bool causal) {
+    return causal || block_m == 128 ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES;
+  }
+  static constexpr int dq_stages(int block_m, bool causal) {
+    return causal || block_m == 128 ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_DQ_STAGES;
   }
 };
 
@@ -77,11 +79,11 @@ template <>
 struct BwdTile<128> {
   static_assert(FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M == 80,
                 "FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M is 64 or 80");
-  static constexpr int block_m(bool causal, bool dropout) {
+  static constexpr int block_m(bool causal, bool dropout, bool) {
     return causal || dropout ? 64 : FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M;
   }
-  static constexpr int stages(bool) { return 2; }
-  static constexpr int dq_stages(bool causal, bool dropout) { return block_m(causal, dropout) == 80 ? 1 : 2; }
+  static constexpr int stages(int, bool) { return 2; }
+  static constexpr int dq_stages(int block_m, bool) { return block_m == 80 ? 1 : 2; }
 };
 
 // d = 256: the role-split tile (bwd_traits_split.h): 64 keys per CTA, consumer 0 S^T / P^T / dV,
@@ -93,17 +95,20 @@ struct BwdTile<128> {
 // through shared memory, dK/dV swapAB, dQ by atomics) splits every GEMM between the warpgroups.
 template <>
 struct BwdTile<256> {
-  static constexpr int block_m(bool, bool) { return 64; }
-  static constexpr int stages(bool) { return 2; }
-  static constexpr int dq_stages(bool, bool) { return 2; }  // no sdQ in the role-split tile
+  static constexpr int block_m(bool, bool, bool) { return 64; }
+  static constexpr int stages(int, bool) { return 2; }
+  static constexpr int dq_stages(int, bool) { return 2; }  // no sdQ in the role-split tile
 };
 
-// kCausal, kDropout have no default: the causal, non-causal and dropout kernels may have different tiles.
-template <typename Element, int kHeadDim, bool kCausal, bool kDropout>
+// No defaults: the causal, non-causal, dropout and deterministic kernels may have different tiles
+// (bwd_launch.h run_bwd_ instantiates one kernel per tile and use).
+template <int kHeadDim, bool kCausal, bool kDropout, bool kDeterministic>
+inline constexpr int kBwdBlockM = BwdTile<kHeadDim>::block_m(kCausal, kDropout, kDeterministic);
+template <typename Element, int kHeadDim, bool kCausal, bool kDropout, bool kDeterministic,
+          int kM = kBwdBlockM<kHeadDim, kCausal, kDropout, kDeterministic>>
 using BwdTraitsFor = std::conditional_t<
-    kHeadDim == 256,
-    BwdTraitsSplit<kHeadDim, BwdTile<kHeadDim>::block_m(kCausal, kDropout), BwdTile<kHeadDim>::stages(kCausal), Element>,
-    BwdTraits<kHeadDim, BwdTile<kHeadDim>::block_m(kCausal, kDropout), 128, BwdTile<kHeadDim>::stages(kCausal), Element,
-              BwdTile<kHeadDim>::dq_stages(kCausal, kDropout)>>;
+    kHeadDim == 256, BwdTraitsSplit<kHeadDim, kM, BwdTile<kHeadDim>::stages(kM, kCausal), Element>,
+    BwdTraits<kHeadDim, kM, 128, BwdTile<kHeadDim>::stages(kM, kCausal), Element,
+              BwdTile<kHeadDim>::dq_stages(kM, kCausal)>>;
 
 }  // namespace flash::sm90
