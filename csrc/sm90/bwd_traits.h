@@ -49,6 +49,8 @@ struct BwdOperandSmem {
   static constexpr int kBlockM = kBlockM_;  // query rows per step of the loop
   static constexpr int kBlockN = kBlockN_;  // keys per CTA
   static constexpr int kStages = kStages_;  // Q and dO pipelines each
+  // The last query tile may reach past seqlen_q_rounded (a multiple of kBwdRowAlign, params.h).
+  static constexpr bool kRowGuard = kBwdRowAlign % kBlockM != 0;
   static_assert(kHeadDim % 64 == 0, "head dim must be a multiple of the 64-element SW128 atom");
   static_assert(sizeof(Element) == 2, "16-bit inputs only");
 
@@ -103,8 +105,7 @@ struct BwdTraits
   static constexpr int kDQCols = kBwdDQCols<kHeadDim, kBlockM>;
   // dQ^T = K^T dS^T per consumer (kDQCols x kBlockM) where kBlockM is no multiple of 64 (a wgmma's M).
   static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
-  // The last query tile may reach past seqlen_q_rounded (a multiple of kBwdRowAlign, params.h).
-  static constexpr bool kRowGuard = kBwdRowAlign % kBlockM != 0;
+  static constexpr bool kRowGuard = Base::kRowGuard;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,

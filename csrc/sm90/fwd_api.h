@@ -26,11 +26,15 @@ cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream);
 constexpr int kShortCausalMaxSeqlenQ = FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL_MAX_SEQLEN;
 
 // Whether a causal call without dropout at head dim 64 runs on the short causal kernel (128 x 128, two
-// consumer warpgroups) instead of the causal tile (192 x 128, three): seqlen_q <= 1k, where the 192-row
-// tiles' last tile is mostly idle. H100 SXM, the FA2 grid (seventeenth session, results/h100_fwd64_wg2.md):
-// +2.8 % at 512, +9.4 % at 1k, -6 % at 2k and beyond. The dispatch asks only where the build has it.
+// consumer warpgroups) instead of the causal tile (192 x 128, three): seqlen_q <= 1k where the 192-row
+// tiles leave more rows idle than 128-row tiles would (1024 rows: 128 against 0; 768: none either way).
+// H100 SXM, the FA2 grid, causal forward: 128 x 128 against 192 x 128 (seventeenth session,
+// results/h100_fwd64_wg2.md) +2.8 % at 512, +9.4 % at 1k, -6 % at 2k and beyond; through the dispatch
+// (eighteenth session, results/h100_short_causal.md) +1.5 % at 512, -5 % at 768, +8 % at 1k, -4 % at
+// 1536. The dispatch asks only where the build has it.
 constexpr bool fwd_short_causal(int headdim_rounded, bool causal, bool dropout, int seqlen_q) {
-  return headdim_rounded == 64 && causal && !dropout && seqlen_q <= kShortCausalMaxSeqlenQ;
+  const int idle_192 = (seqlen_q + 191) / 192 * 192 - seqlen_q, idle_128 = (seqlen_q + 127) / 128 * 128 - seqlen_q;
+  return headdim_rounded == 64 && causal && !dropout && seqlen_q <= kShortCausalMaxSeqlenQ && idle_192 > idle_128;
 }
 
 // Whether the sm90 forward implements this call's options (head dim, masks, score modifiers,
