@@ -1,5 +1,6 @@
 """Host (g++) builds of csrc/'s torch- and CuTe-free headers for the CPU tests: a small program that
 includes one header, reads cases from stdin and prints the header's answers."""
+import os
 import pathlib
 import shutil
 import subprocess
@@ -9,13 +10,21 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def build(directory: pathlib.Path, name: str, source: str) -> pathlib.Path:
-    """Compiles `source` (C++17, csrc/ on the include path) to directory/name; skips the test without g++."""
+def build(directory: pathlib.Path, name: str, source: str, cuda_headers: bool = False) -> pathlib.Path:
+    """Compiles `source` (C++17, csrc/ on the include path) to directory/name; skips the test without g++.
+    cuda_headers: the header includes cuda_runtime.h (declarations only): CUDA's include directory too
+    (CUDA_HOME, else /usr/local/cuda); skips the test where it is missing."""
     if shutil.which("g++") is None:
         pytest.skip("needs g++")
+    flags = ["-std=c++17", "-O1", f"-I{ROOT / 'csrc'}"]
+    if cuda_headers:
+        cuda = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+        if not (cuda / "cuda_runtime.h").is_file():
+            pytest.skip(f"needs CUDA's headers ({cuda})")
+        flags.append(f"-I{cuda}")
     src, exe = directory / f"{name}.cpp", directory / name
     src.write_text(source)
-    subprocess.run(["g++", "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(src), "-o", str(exe)], check=True)
+    subprocess.run(["g++", *flags, str(src), "-o", str(exe)], check=True)
     return exe
 
 
