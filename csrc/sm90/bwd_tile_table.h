@@ -44,8 +44,11 @@ struct BwdTile;
 // dropout (2 stages, 2 sdQ stages: Q, dO 2 x 2 x 16 KB, K, V 2 x 16 KB, dS 2 x 32 KB, dQ fp32 2 x 32 KB = 224 KB).
 // It fits 240 registers now that dQ's accumulators live in S^T's and P^T is rounded early (bwd_mainloop.h
 // kPRounded; ptxas, nvcc 13.0: 0 spills, no C751x), but not with the deterministic dQ writer's turns
-// (C7511, wgmma serialised): deterministic calls keep the 64-row tile (block_m). Prediction (eighteenth session, not yet run): non-causal backward +3-6 % (half the steps,
-// each with twice the GEMM work of a 64-row step against the same waits and dQ hand-over).
+// (C7511, wgmma serialised): deterministic calls keep the 64-row tile (block_m). Predicted +3-6 % (half the
+// steps, each with twice the GEMM work against the same waits and dQ hand-over); measured (eighteenth
+// session, H100 SXM, A / B / A, results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 % at 512 / 1k /
+// 2k / 4k: the early P^T rounding and the dV wait serialise what the 64-row step overlaps. Off; tests and
+// sanitizers passed on it.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M
 #define FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M 64
 #endif
@@ -70,8 +73,9 @@ struct BwdTile<64> {
 // 80 x 128: a fifth more GEMM work per step against the same per-step costs (the Q / dO waits, the dS
 // meeting, the dQ hand-over and its reduce-add), dQ^T computed swapped (bwd_traits.h kDQSwapAB), one sdQ
 // stage: Q, dO 2 x 2 x 20 KB, K, V 2 x 32 KB, dS 2 x 20 KB, dQ fp32 40 KB = 224 KB (+ rows, barriers:
-// 226 KB). Prediction (eighteenth session, not yet run): d = 128 non-causal backward +4-7 % at >= 2k,
-// +2-4 % at 512 / 1k (the last 80-row tile of 512 / 1k is 40 % / 80 % full).
+// 226 KB). Predicted +4-7 % at >= 2k, +2-4 % at 512 / 1k; measured (eighteenth session, H100 SXM, A / B / A,
+// results/h100_bwd_wide_tiles.md) -4.2 / -1.1 / -2.2 / -3.8 % at 512 / 1k / 2k / 4k (the 64-row step's
+// overlap lost to kPRounded's waits, scalar dQ stores, one sdQ stage). Off; tests and sanitizers passed on it.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M
 #define FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M 64
 #endif
