@@ -1,10 +1,11 @@
 """Small ragged workload of the sm90 (Hopper) backward for compute-sanitizer (scripts/sanitize.sh
 scripts/sanitize_sm90_bwd.py [--dropout P] [head dims]): ragged seqlens across the 64/80/128-row and
-64/128-key tile edges (113 rows: an 80-row tile past the scratch's 128-row padding), causal both ways, GQA, more tiles than SMs (the last shape: 144 / 288 tiles, for
-a persistent grid's cross-tile hand-overs), d = 64, 128 and 256 where compiled (or the head dims
-given, e.g. `... 256`); asserts the sm90 main kernel ran. --dropout P > 0: the dropout variant (its
-mask words in shared memory, bwd_dropout.h: racecheck covers their warpgroup barrier; d = 256:
-the mask made in registers, the sign-marked P^T in sP). dtype: bf16 if compiled, else the build's first."""
+64/128-key tile edges (113 rows: an 80-row tile past the scratch's 128-row padding), causal both ways,
+GQA, more tiles than SMs (the last shape: 144 / 288 tiles, for a persistent grid's cross-tile
+hand-overs), d = 64, 128 and 256 where compiled (or the head dims given, e.g. `... 256`); asserts the
+sm90 main kernel ran. --dropout P > 0: the dropout variant (its mask words in shared memory,
+bwd_dropout.h: racecheck covers their warpgroup barrier; d = 256: the mask made in registers, the
+sign-marked P^T in sP). dtype: bf16 if compiled, else the build's first."""
 import argparse
 import os
 

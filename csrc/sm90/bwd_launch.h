@@ -76,9 +76,6 @@ cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
   return launch_bwd_convert_dq<Element, kD>(params, stream);
 }
 
-// kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
-// dropout call on the plain kernel, or the reverse, is an error, never a silent no-op). The pre-pass
-// and the dQ conversion are the same (delta = rowsum(dO o O) of the dropped output, FA2's algebra).
 // The plain and the deterministic calls of one causality: one tile for both, or each its own.
 template <typename Element, int kHeadDim, bool kCausal, bool kDropout>
 cudaError_t run_bwd_tiles(const BwdParams& params, cudaStream_t stream) {
@@ -92,6 +89,9 @@ cudaError_t run_bwd_tiles(const BwdParams& params, cudaStream_t stream) {
   }
 }
 
+// kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
+// dropout call on the plain kernel, or the reverse, is an error, never a silent no-op). The pre-pass
+// and the dQ conversion are the same (delta = rowsum(dO o O) of the dropped output, FA2's algebra).
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }

@@ -206,9 +206,9 @@ struct BwdMainloop {
     Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
     // kPRounded tiles: dQ^T's accumulators are S^T's registers (dead from P^T's conversion to the next
     // S^T, which is issued after dQ went to sdQ); same fragment shape (64 x kBlockM).
-    auto tdQ_layout = partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{})).layout();
     Tensor tdQrdQ = [&] {
       if constexpr (kPRounded) {
+        auto tdQ_layout = partition_fragment_C(mma_dq, select<0, 1>(typename Traits::TileDQ{})).layout();
         static_assert(decltype(size(tdQ_layout))::value <= decltype(size(tSrS))::value);
         return make_tensor(tSrS.data(), tdQ_layout);
       } else {

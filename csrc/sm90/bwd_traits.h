@@ -105,7 +105,6 @@ struct BwdTraits
   static constexpr int kDQCols = kBwdDQCols<kHeadDim, kBlockM>;
   // dQ^T = K^T dS^T per consumer (kDQCols x kBlockM) where kBlockM is no multiple of 64 (a wgmma's M).
   static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
-  static constexpr bool kRowGuard = Base::kRowGuard;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,

@@ -43,7 +43,6 @@ struct BwdTraitsSplit : BwdOperandSmem<kHeadDim_, kBlockM_, 64, kStages_, Elemen
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = 64;         // keys per CTA: the M of every key-row wgmma
   static constexpr int kStages = kStages_;
-  static constexpr bool kRowGuard = Base::kRowGuard;
   static constexpr bool kRoleSplit = true;   // consumer 0: S^T, P^T, dV; consumer 1: dP^T, dS^T, dK
   static constexpr bool kDQByTma = false;    // dQ by atomics from the consumers (no sdQ, no writer)
   static constexpr int kNConsumerWG = 2;

@@ -32,9 +32,12 @@ constexpr int kShortCausalMaxSeqlenQ = FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL_MAX_SEQ
 // results/h100_fwd64_wg2.md) +2.8 % at 512, +9.4 % at 1k, -6 % at 2k and beyond; through the dispatch
 // (eighteenth session, results/h100_short_causal.md) +1.5 % at 512, -5 % at 768, +8 % at 1k, -4 % at
 // 1536. The dispatch asks only where the build has it.
+// The two tiles' query rows (fwd_tile_table.h FwdTile<64>; fwd_launch.h checks them against it).
+constexpr int kCausalTileRows64 = 192, kShortCausalTileRows64 = 128;
 constexpr bool fwd_short_causal(int headdim_rounded, bool causal, bool dropout, int seqlen_q) {
-  const int idle_192 = (seqlen_q + 191) / 192 * 192 - seqlen_q, idle_128 = (seqlen_q + 127) / 128 * 128 - seqlen_q;
-  return headdim_rounded == 64 && causal && !dropout && seqlen_q <= kShortCausalMaxSeqlenQ && idle_192 > idle_128;
+  const auto idle = [seqlen_q](int rows) { return (seqlen_q + rows - 1) / rows * rows - seqlen_q; };
+  return headdim_rounded == 64 && causal && !dropout && seqlen_q <= kShortCausalMaxSeqlenQ &&
+         idle(kCausalTileRows64) > idle(kShortCausalTileRows64);
 }
 
 // Whether the sm90 forward implements this call's options (head dim, masks, score modifiers,

@@ -96,6 +96,9 @@ cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
   if constexpr (kShortCausal) {  // its own units: only the causal kernel of FwdTraitsShortCausal in them
     static_assert(!kDropout, "the short causal kernel has no dropout variant");
     using Traits = FwdTraitsShortCausal<Element, kHeadDim>;
+    static_assert(kHeadDim != 64 || (Traits::kBlockM == kShortCausalTileRows64 &&
+                                     FwdTraitsFor<Element, 64, false, true>::kBlockM == kCausalTileRows64),
+                  "fwd_api.h fwd_short_causal's tile rows");
     if (needs_dropout(params) || !is_causal(params)) { return cudaErrorInvalidValue; }
     if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
     return launch_fwd_kernel<Traits, true, false>(FwdTma<Traits>::make_params(params), stream);
