@@ -3,7 +3,8 @@
 # FLASH_ATTN_CUDA_* / TORCH_CUDA_ARCH_LIST / MAX_JOBS set: the visible H200 -> archs "90;90a", every
 # head dim, both dtypes, forward + backward + KV-cache + features + dropout, both families), timed,
 # with ninja's finish time of each object (NINJA_STATUS; pip's editable build deletes its ninja log);
-# then `make test` on that build until the call's deadline.
+# then AFTER_BUILD (a command, e.g. a sanitizer run on a candidate's kernel) and `make test` on that build
+# (TESTS: the pytest paths, default tests) until the call's deadline.
 #   OUT=$OUT scripts/build_time_gpu.sh        (needs the nvidia-cutlass wheel in .whl/)
 #   OUT=$OUT BUILD_EXTRA="FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1" scripts/build_time_gpu.sh   (with a candidate)
 # Results in $OUT/logs.tgz: build.log (ends with the `time` line), tests.log (pytest -v, per test).
@@ -25,9 +26,15 @@ grep -m1 -E "archs|FLASH_ATTN_CUDA_ARCHS" "$OUT/build.log"
 # The objects that finished last (ninja prints "[done/total elapsed] command" as each one finishes).
 grep -oE "^\[[0-9]+/[0-9]+ [0-9.]+s\] .* -c [^ ]+\.(cu|cpp)" "$OUT/build.log" | sed -E 's/^(\[[^]]*\]).* -c ([^ ]+)$/\1 \2/' \
   | sed -E 's|[^ ]*/||2' | tail -8
+if [ -n "${AFTER_BUILD:-}" ]; then
+  left=$(( ${DEADLINE:-575} - ($(date +%s) - T0) ))
+  echo "after build: $AFTER_BUILD (${left} s left)"
+  [ "$left" -gt 30 ] && timeout -k 5 "$left" bash -c "$AFTER_BUILD"
+  echo "after build rc=$?"
+fi
 left=$(( ${DEADLINE:-575} - ($(date +%s) - T0) ))
 if [ "$left" -gt 30 ]; then
-  timeout -k 5 "$left" python3 -m pytest tests -v -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
+  timeout -k 5 "$left" python3 -m pytest ${TESTS:-tests} -v -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
   echo "make test rc=$? (${left} s allowed)"
   grep -cE " PASSED" "$OUT/tests.log" | sed 's/^/passed: /'; grep -cE " SKIPPED" "$OUT/tests.log" | sed 's/^/skipped: /'
   grep -E " (FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -3 "$OUT/tests.log"

@@ -4,7 +4,9 @@ head dim it compiled, the first compiled dtype, causal and not, at the query-til
 (2 consumer warpgroups) and 192-row (3, d=64) tiles: a last tile with one row (193), a warpgroup whose
 TMA box lies wholly past seqlen_q, causal with seqlen_q > seqlen_k (rows with no key), GQA, key
 blocks cut short. Needs a 90a build on a compute capability 9.0 GPU. Prints one line; the sanitizer's
-summary says the rest."""
+summary says the rest. `--hdims 64` limits it to those head dims (the short causal kernel: a
+FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1 build serves every causal d = 64 shape here with it)."""
+import argparse
 import os
 
 import torch
@@ -29,8 +31,15 @@ def run(hdim, dtype, causal, seqlen_q, seqlen_k):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hdims", default="", help="comma-separated head dims (default: every compiled one)")
+    args = parser.parse_args()
     dims = flash_attn_cuda._ops.sm90_head_dims()
     assert dims, "needs a build with the sm90 family (FLASH_ATTN_CUDA_ARCHS with 90a)"
+    if args.hdims:
+        wanted = [int(d) for d in args.hdims.split(",")]
+        assert set(wanted) <= set(dims), f"head dims {wanted} not all compiled (sm90: {dims})"
+        dims = wanted
     assert torch.cuda.get_device_capability() == (9, 0), "the sm90 family runs on compute capability 9.0 only"
     os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
     dtype = flash_attn_cuda.compiled_dtypes()[0]
