@@ -28,6 +28,7 @@
 #include "bwd_dropout.h"
 #include "bwd_mainloop.h"
 #include "bwd_mainloop_split.h"
+#include "dq_adders.h"
 #include "dq_turns.h"
 #include "bwd_tma.h"
 #include "bwd_walk.h"
@@ -184,10 +185,7 @@ CUTE_DEVICE void store_dkv(TensorAcc const& acc, float scale, typename Traits::E
 template <class Traits, bool kCausal>
 CUTE_DEVICE int dq_turn_number(const BwdParams& p, int m, int n_block) {
   if constexpr (kCausal && kDqTurnsCausalDescending) {
-    const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-    const int past = (m + 1) * Traits::kBlockM + p.seqlen_k - p.seqlen_q;  // keys before it see tile m
-    const int adders = min(n_blocks, (past + Traits::kBlockN - 1) / Traits::kBlockN);
-    return adders - 1 - n_block;
+    return dq_tile_adders<Traits::kBlockM, Traits::kBlockN>(m, p.seqlen_q, p.seqlen_k, true) - 1 - n_block;
   } else {
     return n_block;
   }
