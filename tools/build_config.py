@@ -19,7 +19,7 @@ setup.py before anything is built, and by the CPU tests).
                                            (fwd_kernel.h), both: the two (twice the kernels in those units;
                                            benchmarks and bit-identity tests pick one per call with the
                                            runtime knob FLASH_ATTN_CUDA_SM90_PERSISTENT_CTAS)
-    FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL "0"  1: a second sm90 causal d = 64 forward kernel (128 x 128, two consumer
+    FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL "1"  1: a second sm90 causal d = 64 forward kernel (128 x 128, two consumer
                                            warpgroups; units sm90_fwd_hdim64_<dtype>_short_causal.cu) for
                                            causal calls of <= 1k query rows (sm90/fwd_api.h
                                            fwd_short_causal); 0: the one causal tile for every length
@@ -234,7 +234,7 @@ def from_env(env: Mapping[str, str], probe: Callable[[], Sequence[tuple[int, int
         sm90_persistent=sm90_persistent,
         sm90_one_tile=sm90_one_tile,
         sm90_short_causal=parse_bool("FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL", env.get("FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL"),
-                                     False),
+                                     True),
     )
 
 
