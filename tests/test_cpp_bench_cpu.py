@@ -292,8 +292,8 @@ def test_bench_cpp_rebuilds_when_build_flags_change(tmp_path):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
-    """With 90a in the archs the generator writes sm90_fwd_*.cu (the plain unit and the dropout
-    variant's) and make compiles them with the sm90 family's flags (sm_90a alone, extended wgmma
+    """With 90a in the archs the generator writes sm90_fwd_*.cu (the plain unit, the dropout
+    variant's and d = 64's short causal kernel, on by default) and make compiles them with the sm90 family's flags (sm_90a alone, extended wgmma
     shapes), every other object with the plain archs."""
     tree = _make_tree(tmp_path)
     env = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90;90a")
@@ -302,7 +302,8 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
     objects = {line.split(" -o ")[1].split()[0]: line for line in planned if " -c " in line}
     assert set(objects) == {"build/cpp/fwd_dispatch.o", "build/cpp/instantiations/fwd_hdim64_bf16.o",
                             "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o",
-                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16_dropout.o"}
+                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16_dropout.o",
+                            "build/cpp/instantiations/sm90_fwd_hdim64_bf16_short_causal.o"}
     for obj, line in objects.items():
         sm90 = "sm90_" in obj
         assert ("-gencode=arch=compute_90a,code=sm_90a" in line) == sm90, line
@@ -311,6 +312,7 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
     link = [line for line in planned if " -c " not in line and "bench_fwd.cu" in line]
     assert link and "build/cpp/instantiations/sm90_fwd_hdim64_bf16.o" in link[0]
     assert "build/cpp/instantiations/sm90_fwd_hdim64_bf16_dropout.o" in link[0]
+    assert "build/cpp/instantiations/sm90_fwd_hdim64_bf16_short_causal.o" in link[0]
     # dropping 90a: the generator removes the sm90 unit and the flags stamp changes, so all is rebuilt
     plain = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90")
     subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=plain, check=True, capture_output=True)
@@ -322,7 +324,8 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     """CI's order: the extension build's generator leaves no sm90 unit (archs 90), then make check-sass
-    with 90a generates them (the forward's and the backward's plain and dropout units) and must compile and check
+    with 90a generates them (the forward's and the backward's plain and dropout units, d = 64's short causal
+    forward) and must compile and check
     them (make expands a recipe before running it, so
     the check runs in a sub-make that sees the new file). Stand-in nvcc and cuobjdump, no compiler."""
     sys.path.insert(0, str(ROOT / "tests"))
@@ -341,8 +344,9 @@ def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     result = subprocess.run(["make", "--no-print-directory", "check-sass"], cwd=tree, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "check_sass: ok: 4 object(s)" in result.stdout + result.stderr
+    assert "check_sass: ok: 5 object(s)" in result.stdout + result.stderr
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16.o").exists()
+    assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16_short_causal.o").exists()
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_fwd_hdim64_bf16_dropout.o").exists()
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_bwd_hdim64_bf16.o").exists()
     assert (tree / "build" / "cpp" / "instantiations" / "sm90_bwd_hdim64_bf16_dropout.o").exists()
