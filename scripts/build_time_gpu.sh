@@ -7,6 +7,7 @@
 # (TESTS: the pytest paths, default tests) until the call's deadline.
 #   OUT=$OUT scripts/build_time_gpu.sh        (needs the nvidia-cutlass wheel in .whl/)
 #   OUT=$OUT BUILD_EXTRA="FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1" scripts/build_time_gpu.sh   (with a candidate)
+#   AFTER_BUILD="bash scripts/sanitize.sh scripts/sanitize_sm90_fwd.py --hdims 64" TESTS="tests/test_attention_gpu.py"
 # Results in $OUT/logs.tgz: build.log (ends with the `time` line), tests.log (pytest -v, per test).
 set -uo pipefail
 T0=$(date +%s)
@@ -29,8 +30,7 @@ grep -oE "^\[[0-9]+/[0-9]+ [0-9.]+s\] .* -c [^ ]+\.(cu|cpp)" "$OUT/build.log" | 
 if [ -n "${AFTER_BUILD:-}" ]; then
   left=$(( ${DEADLINE:-575} - ($(date +%s) - T0) ))
   echo "after build: $AFTER_BUILD (${left} s left)"
-  [ "$left" -gt 30 ] && timeout -k 5 "$left" bash -c "$AFTER_BUILD"
-  echo "after build rc=$?"
+  if [ "$left" -gt 30 ]; then timeout -k 5 "$left" bash -c "$AFTER_BUILD"; echo "after build rc=$?"; fi
 fi
 left=$(( ${DEADLINE:-575} - ($(date +%s) - T0) ))
 if [ "$left" -gt 30 ]; then

@@ -4,8 +4,8 @@ head dim it compiled, the first compiled dtype, causal and not, at the query-til
 (2 consumer warpgroups) and 192-row (3, d=64) tiles: a last tile with one row (193), a warpgroup whose
 TMA box lies wholly past seqlen_q, causal with seqlen_q > seqlen_k (rows with no key), GQA, key
 blocks cut short. Needs a 90a build on a compute capability 9.0 GPU. Prints one line; the sanitizer's
-summary says the rest. `--hdims 64` limits it to those head dims (the short causal kernel: a
-FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1 build serves every causal d = 64 shape here with it)."""
+summary says the rest. `--hdims 64` limits it to those head dims (d = 64's short causal kernel, in
+the default build (FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL), serves every causal d = 64 shape here)."""
 import argparse
 import os
 

@@ -293,8 +293,9 @@ def test_bench_cpp_rebuilds_when_build_flags_change(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
     """With 90a in the archs the generator writes sm90_fwd_*.cu (the plain unit, the dropout
-    variant's and d = 64's short causal kernel, on by default) and make compiles them with the sm90 family's flags (sm_90a alone, extended wgmma
-    shapes), every other object with the plain archs."""
+    variant's and d = 64's short causal kernel, on by default) and make compiles them with the
+    sm90 family's flags (sm_90a alone, extended wgmma shapes), every other object with the plain
+    archs."""
     tree = _make_tree(tmp_path)
     env = _env(tmp_path, FLASH_ATTN_CUDA_ARCHS="90;90a")
     subprocess.run(["python3", "tools/gen_instantiations.py"], cwd=tree, env=env, check=True, capture_output=True)
@@ -324,10 +325,9 @@ def test_bench_cpp_compiles_sm90_units_for_sm90a_only(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_check_sass_on_a_fresh_tree_checks_the_units_it_generates(tmp_path):
     """CI's order: the extension build's generator leaves no sm90 unit (archs 90), then make check-sass
-    with 90a generates them (the forward's and the backward's plain and dropout units, d = 64's short causal
-    forward) and must compile and check
-    them (make expands a recipe before running it, so
-    the check runs in a sub-make that sees the new file). Stand-in nvcc and cuobjdump, no compiler."""
+    with 90a generates them (the forward's and the backward's plain and dropout units, d = 64's short
+    causal forward) and must compile and check them (make expands a recipe before running it, so the
+    check runs in a sub-make that sees the new file). Stand-in nvcc and cuobjdump, no compiler."""
     sys.path.insert(0, str(ROOT / "tests"))
     from test_check_sass_cpu import GOOD
     tree = _make_tree(tmp_path)
