@@ -9,6 +9,8 @@
 #   OUT=$OUT UNITS="decode_hdim128_bf16.o decode_dispatch.o" VARIANTS="R:-DX=1 B:-DY=2,-DZ=3" \
 #     BENCH="flash_attn_cuda.bench_decode --heads 32:8 ..." scripts/variants_gpu.sh   (cutlass wheel in .whl/)
 #   TEST_VARIANT=name TESTS="tests/x.py": that variant's copy runs pytest on TESTS after the benches.
+#   A variant token NVCC=PATH compiles that variant's units with another nvcc (scripts/ptxas_shadow.sh: the
+#   same nvcc with another release's ptxas), e.g. VARIANTS="p128:NVCC=/tmp/cuda_p128/bin/nvcc".
 set -uo pipefail
 . "$(dirname "$0")/gpu_stage_lib.sh"
 gpu_setup variants
@@ -24,6 +26,8 @@ variant() {  # variant NAME DEFINES...: /tmp/v_NAME/flash_attn_cuda with UNITS r
   python3 - "$OUT/build.log" "$dir" "$UNITS" "$@" <<'PY'
 import re, shlex, subprocess, sys
 log, d, units, defs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+nvcc = next((x.split("=", 1)[1] for x in defs if x.startswith("NVCC=")), None)  # another compiler
+defs = [x for x in defs if not x.startswith("NVCC=")]
 lines = open(log).read().splitlines()
 objs, procs = {}, []
 for unit in units:  # side by side: variants x units nvcc at once (not MAX_JOBS; a few GB each)
@@ -32,6 +36,9 @@ for unit in units:  # side by side: variants x units nvcc at once (not MAX_JOBS;
     if "-MD" in args:
         i = args.index("-MD"); del args[i:i + 3]           # no depfile into the base build dir
     args[args.index("-o") + 1] = f"{d}/{unit}"
+    if nvcc:
+        assert args[0].endswith("nvcc"), args[0]
+        args[0] = nvcc
     procs.append(subprocess.Popen(args + defs))
     objs[unit] = f"{d}/{unit}"
 if any([proc.wait() != 0 for proc in procs]):  # every unit waited for
