@@ -27,12 +27,13 @@ grep -m1 -E "archs|FLASH_ATTN_CUDA_ARCHS" "$OUT/build.log"
 # The objects that finished last (ninja prints "[done/total elapsed] command" as each one finishes).
 grep -oE "^\[[0-9]+/[0-9]+ [0-9.]+s\] .* -c [^ ]+\.(cu|cpp)" "$OUT/build.log" | sed -E 's/^(\[[^]]*\]).* -c ([^ ]+)$/\1 \2/' \
   | sed -E 's|[^ ]*/||2' | tail -8
+seconds_left() { echo $(( ${DEADLINE:-575} - ($(date +%s) - T0) )); }
 if [ -n "${AFTER_BUILD:-}" ]; then
-  left=$(( ${DEADLINE:-575} - ($(date +%s) - T0) ))
+  left=$(seconds_left)
   echo "after build: $AFTER_BUILD (${left} s left)"
   if [ "$left" -gt 30 ]; then timeout -k 5 "$left" bash -c "$AFTER_BUILD"; echo "after build rc=$?"; fi
 fi
-left=$(( ${DEADLINE:-575} - ($(date +%s) - T0) ))
+left=$(seconds_left)
 if [ "$left" -gt 30 ]; then
   timeout -k 5 "$left" python3 -m pytest ${TESTS:-tests} -v -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
   echo "make test rc=$? (${left} s allowed)"

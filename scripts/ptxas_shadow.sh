@@ -6,7 +6,7 @@
 # Everything in DIR links to $CUDA_HOME but bin/, whose files link to $CUDA_HOME/bin but nvcc and
 # nvcc.profile (copies: nvcc finds its tools next to the path it was started from) and ptxas, a wrapper
 # that lowers the PTX ISA version nvcc 13 writes (9.0) to one the older ptxas reads (PTX_VERSION, default
-# 8.7; fine while the PTX uses nothing newer) and runs PTXAS on that copy.
+# 8.7; fine while the PTX uses nothing newer) and runs PTXAS on that copy, deleted afterwards.
 # PTXAS may be that wheel itself (pip download --no-deps nvidia-cuda-nvcc-cu12==12.8.93 -d .whl): its ptxas is
 # extracted to DIR.ptxas.
 set -euo pipefail
@@ -27,15 +27,17 @@ cp "$(readlink -f "$cuda/bin/nvcc")" "$dir/bin/nvcc" && cp "$(readlink -f "$cuda
 cat > "$dir/bin/ptxas" <<WRAP
 #!/usr/bin/env bash
 # ptxas wrapper (scripts/ptxas_shadow.sh): $ptxas on a copy of the PTX with its .version lowered.
-args=()
+args=(); tmps=()
+trap 'rm -f "\${tmps[@]}"' EXIT
 for a in "\$@"; do
   if [[ "\$a" == *.ptx && -f "\$a" ]]; then
-    tmp=\$(mktemp --suffix=.ptx); sed -E 's/^\.version [0-9]+\.[0-9]+/.version ${PTX_VERSION:-8.7}/' "\$a" > "\$tmp"; args+=("\$tmp")
+    tmp=\$(mktemp --suffix=.ptx); tmps+=("\$tmp")
+    sed -E 's/^\.version [0-9]+\.[0-9]+/.version ${PTX_VERSION:-8.7}/' "\$a" > "\$tmp"; args+=("\$tmp")
   else
     args+=("\$a")
   fi
 done
-exec "$ptxas" "\${args[@]}"
+"$ptxas" "\${args[@]}"
 WRAP
 chmod +x "$dir/bin/ptxas"
 "$dir/bin/ptxas" --version | tail -1
