@@ -54,7 +54,8 @@ import torch.nn.functional as F
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flash_attn_cuda_sm80",
          "flash_attn_cuda_sm90", "flash_attn_cuda_smem163", "flash_attn_cuda_smem99",
-         "flash_attn_cuda_sm90_persistent", "flash_attn_cuda_sm90_one_tile", "flash_attn_cuda_deterministic")
+         "flash_attn_cuda_sm90_persistent", "flash_attn_cuda_sm90_one_tile", "flash_attn_cuda_deterministic",
+         "fa3_ref")
 # flash_attn_cuda_sm80 / _sm90: ours with the family forced (FLASH_ATTN_CUDA_FAMILY around each forward and
 # backward call), to compare the families in one run; flash_attn_cuda runs the default (auto) pick.
 # flash_attn_cuda_smem163 / _smem99: ours under FLASH_ATTN_CUDA_SMEM_BUDGET=163 / 99 around every timed
@@ -69,7 +70,14 @@ PERSISTENT_IMPLS = {"flash_attn_cuda_sm90_persistent": "sms",  # impl -> FLASH_A
                     "flash_attn_cuda_sm90_one_tile": "0"}
 # flash_attn_cuda_deterministic: ours (default family) with deterministic=True (bit-identical gradients).
 OPT_IN_IMPLS = ("flash_attn_cuda_deterministic",)
-DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS and i not in OPT_IN_IMPLS)
+# fa3_ref: FlashAttention-3's sm90 forward (Dao-AILab/flash-attention hopper/, bf16, d 64/128/256) from the
+# library scripts/fa3_ref/build.sh makes, named by $FLASH_ATTN_CUDA_BENCH_FA3_LIB; a reference competitor in
+# our layout, forward only (its bwd rows carry an error), checked once per (head dim, causal) against the
+# float32 reference before its first timed call.
+EXTERNAL_IMPLS = ("fa3_ref",)
+FA3_LIB_ENV = "FLASH_ATTN_CUDA_BENCH_FA3_LIB"
+DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS and i not in OPT_IN_IMPLS
+                      and i not in EXTERNAL_IMPLS)
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPE_COLUMNS = ["impl", "dtype", "hdim", "seqlen", "causal", "batch", "nheads"]
@@ -167,7 +175,60 @@ def attention_fn(impl: str, causal: bool) -> Callable[..., torch.Tensor]:
         return forced_family(FAMILY_IMPLS[impl], attention_fn("flash_attn_cuda", causal))
     if impl in SMEM_IMPLS:  # the budget wraps every timed call (make_fwd / make_bwd): the backward too
         return attention_fn("flash_attn_cuda", causal)
+    if impl == "fa3_ref":
+        return fa3_ref_fn(causal)
     return sdpa_fn(impl, causal)
+
+
+_FA3: Dict[str, object] = {}  # "module": scripts/fa3_ref/fa3_ref.py with the library loaded; "checked": set
+
+
+def _fa3_module():
+    """scripts/fa3_ref/fa3_ref.py, imported by path, with $FLASH_ATTN_CUDA_BENCH_FA3_LIB loaded (once)."""
+    if "module" not in _FA3:
+        lib = os.environ.get(FA3_LIB_ENV)
+        if not lib or not os.path.isfile(lib):
+            raise RuntimeError(f"fa3_ref needs {FA3_LIB_ENV}=path of libfa3ref.so (scripts/fa3_ref/build.sh); "
+                               f"got {lib!r}")
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "fa3_ref",
+                            "fa3_ref.py")
+        spec = importlib.util.spec_from_file_location("fa3_ref", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.load(lib)
+        _FA3.update(module=module, checked=set())
+    return _FA3["module"]
+
+
+def _fa3_check(module, hdim: int, causal: bool) -> None:
+    """FA3's output against the float32 reference on small shapes (ragged, seqlen_q != seqlen_k, GQA):
+    max abs error <= 4 * eps(bf16) * max |reference| (bench_decode's gate), else RuntimeError."""
+    from .reference import attention_ref
+    gen = torch.Generator(device="cuda").manual_seed(hdim + causal)
+    for b, sq, sk, h, hk in ((2, 300, 300, 4, 4), (1, 200, 457, 4, 2), (1, 1, 129, 2, 2)):
+        q, k, v = (torch.randn((b, s, n, hdim), device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for s, n in ((sq, h), (sk, hk), (sk, hk)))
+        ref = attention_ref(q, k, v, causal)[0]
+        err = (module.forward(q, k, v, causal).float() - ref).abs().max().item()
+        if not err <= 4 * torch.finfo(torch.bfloat16).eps * ref.abs().max().item():
+            raise RuntimeError(f"fa3_ref: max abs error {err:.3g} vs the float32 reference "
+                               f"(hdim {hdim}, causal {causal}, b {b}, sq {sq}, sk {sk}, h {h}/{hk})")
+
+
+def fa3_ref_fn(causal: bool) -> Callable[..., torch.Tensor]:
+    """FA3's forward (fa3_ref) on (batch, seqlen, nheads, d) q, k, v; no dropout."""
+    module = _fa3_module()
+    checked = _FA3["checked"]
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if DROPOUT_P:
+            raise NotImplementedError("fa3_ref has no dropout")
+        if (q.shape[-1], causal) not in checked:
+            _fa3_check(module, q.shape[-1], causal)
+            checked.add((q.shape[-1], causal))
+        return module.forward(q, k, v, causal)
+    return run
 
 
 FAMILY_IMPLS = {"flash_attn_cuda_sm80": "sm80", "flash_attn_cuda_sm90": "sm90",  # impl -> forced FLASH_ATTN_CUDA_FAMILY
@@ -206,7 +267,7 @@ def under_budget(impl: str, fn: Callable) -> Callable:
 def to_native(impl: str, inputs: List[tuple]) -> List[tuple]:
     """Input sets of (batch, seqlen, nheads, d) tensors in impl's layout: as they are for
     flash_attn_cuda, contiguous (batch, nheads, seqlen, d) copies for SDPA (made here, untimed)."""
-    if is_ours(impl):
+    if is_ours(impl) or impl in EXTERNAL_IMPLS:
         return inputs
     return [tuple(t.transpose(1, 2).contiguous() for t in ts) for ts in inputs]
 
@@ -239,6 +300,8 @@ def make_bwd(impl: str, inputs: List[tuple], causal: bool,
 
 def _check_backward(impl: str) -> None:
     """Raise (as a backend would) when impl has no backward in this build."""
+    if impl in EXTERNAL_IMPLS:
+        raise NotImplementedError(f"{impl} is forward only")
     if is_ours(impl):
         from flash_attn_cuda._ops import HAS_BACKWARD, require_extension
         require_extension()
@@ -594,7 +657,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.0, metavar="P",
                    help="attention dropout probability of every timed call, ours and SDPA's (default 0)")
     p.add_argument("--impls", default=",".join(DEFAULT_IMPLS),
-                   help=f"subset of {','.join(IMPLS)} (default: all but {','.join(SMEM_IMPLS)})")
+                   help=f"subset of {','.join(IMPLS)} (default: all but {','.join(i for i in IMPLS if i not in DEFAULT_IMPLS)})")
     p.add_argument("--order", default="abba", choices=["abba", "ab"],
                    help="abba (default): each point measured twice, impls in order then reversed, times averaged; "
                         "ab: once, in --impls order")
@@ -624,6 +687,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     bad = [x for x in args.impls if x not in IMPLS]
     if bad:
         p.error(f"unknown impls {bad}; choose from {IMPLS}")
+    if "fa3_ref" in args.impls and not os.path.isfile(os.environ.get(FA3_LIB_ENV, "")):
+        p.error(f"--impls fa3_ref needs {FA3_LIB_ENV}=path of libfa3ref.so (scripts/fa3_ref/build.sh)")
     forward_files = args.csv or args.md or args.plot
     if args.memory and forward_files:
         p.error("--memory writes its report to --out DIR (NAME.md); --csv/--md/--plot are the grid's")

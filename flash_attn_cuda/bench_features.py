@@ -44,15 +44,16 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .bench import (DTYPES, FAMILY_IMPLS, FLOP_FACTORS, OPT_IN_IMPLS, SMEM_IMPLS, Row, RunInfo, _directions,
-                    _first_line, _int_list, _progress,
+from .bench import (DTYPES, EXTERNAL_IMPLS, FAMILY_IMPLS, FLOP_FACTORS, OPT_IN_IMPLS, SMEM_IMPLS, Row, RunInfo,
+                    _directions, _first_line, _int_list, _progress,
                     attention_fn, attention_flops, gpu_slug, make_bwd, make_fwd, n_input_sets, random_inputs,
                     sdpa_fn, time_cuda, write_csv)
 from .bench import IMPLS as bench_impls
 
 PROG = "python -m flash_attn_cuda.bench_features"
-# GQA / varlen run the default family and tiles
-IMPLS = tuple(i for i in bench_impls if i not in FAMILY_IMPLS and i not in SMEM_IMPLS and i not in OPT_IN_IMPLS)
+# GQA / varlen run the default family and tiles (not bench's fa3_ref)
+IMPLS = tuple(i for i in bench_impls if i not in FAMILY_IMPLS and i not in SMEM_IMPLS and i not in OPT_IN_IMPLS
+              and i not in EXTERNAL_IMPLS)
 BENCHES = ("gqa", "varlen")
 OURS = "flash_attn_cuda"
 DEVICE = "cuda"  # where inputs are made (a CPU test runs the whole benchmark on "cpu" with stand-ins)

@@ -308,3 +308,26 @@ def test_measure_grid_abba_averages(monkeypatch):
     flops = bench.attention_flops(2, 512, 4, 64, False, "fwd")
     assert rows["flash_attn_cuda"]["fwd_tflops"] == round(flops / 2e-3 / 1e12, 1)
     assert rows["sdpa_flash"]["error"] == "boom"
+
+
+def test_fa3_ref_is_opt_in_forward_only_and_needs_its_library(monkeypatch, tmp_path):
+    """fa3_ref (FA3's forward from scripts/fa3_ref's library): accepted by name, not a default, refused
+    without $FLASH_ATTN_CUDA_BENCH_FA3_LIB, our layout, and its backward raises a RuntimeError (the grid
+    then records the row's error instead of crashing)."""
+    assert "fa3_ref" in bench.IMPLS and "fa3_ref" not in bench.DEFAULT_IMPLS and not bench.is_ours("fa3_ref")
+    assert "fa3_ref" not in bench.parse_args([]).impls
+    monkeypatch.delenv(bench.FA3_LIB_ENV, raising=False)
+    monkeypatch.setattr(bench, "_FA3", {})
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--impls", "fa3_ref"])
+    with pytest.raises(RuntimeError, match=bench.FA3_LIB_ENV):
+        bench.attention_fn("fa3_ref", False)
+    lib = tmp_path / "libfa3ref.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv(bench.FA3_LIB_ENV, str(lib))
+    assert bench.parse_args(["--impls", "sdpa_cudnn,fa3_ref"]).impls == ["sdpa_cudnn", "fa3_ref"]
+    inputs = [tuple(torch.ones(1, 2, 3, 4) for _ in range(3))]
+    assert bench.to_native("fa3_ref", inputs) is inputs
+    with pytest.raises(RuntimeError, match="forward only"):
+        bench.measure_bwd(bench.point_row("bwd", "fa3_ref", torch.bfloat16, 4, 2, False, 1, 3), "fa3_ref",
+                          inputs, False)
