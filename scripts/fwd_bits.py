@@ -1,6 +1,7 @@
-"""Bit-identity of two builds' forward outputs: `save FILE` runs attention() (the default family) on fixed
-seeded shapes (ragged, causal both, GQA, d = 128 bf16) and saves out and lse; `compare A B` exits 1 unless
-both files hold the same bits. For changes that must not move a bit (e.g. skipping a multiply by 1)."""
+"""Bit-identity of two builds' forward outputs: `save FILE [HDIMS]` runs attention() (the default family) on
+fixed seeded shapes (ragged, causal both, GQA, bf16; head dims HDIMS, comma-separated, default 128) and saves
+out and lse; `compare A B` exits 1 unless both files hold the same bits. For changes that must not move a bit
+(e.g. skipping a multiply by 1, or an instruction-scheduling change)."""
 import sys
 
 import torch
@@ -11,15 +12,17 @@ SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv heads, causal
 ]
 
 
-def save(path):
+def save(path, hdims="128"):
     from flash_attn_cuda import attention
     torch.manual_seed(0)
     res = {}
-    for i, (b, sq, sk, h, hk, causal) in enumerate(SHAPES):
-        q = torch.randn(b, sq, h, 128, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        out, lse = attention(q, k, v, causal=causal, return_lse=True)
-        res[f"out{i}"], res[f"lse{i}"] = out.cpu(), lse.cpu()
+    for d in (int(x) for x in hdims.split(",")):
+        for i, (b, sq, sk, h, hk, causal) in enumerate(SHAPES):
+            q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(b, sk, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            out, lse = attention(q, k, v, causal=causal, return_lse=True)
+            key = f"{i}" if d == 128 else f"{i}_d{d}"  # d = 128's keys as before
+            res[f"out{key}"], res[f"lse{key}"] = out.cpu(), lse.cpu()
     torch.save(res, path)
 
 
@@ -31,4 +34,4 @@ def compare(a, b):
 
 
 if __name__ == "__main__":
-    sys.exit(save(sys.argv[2]) if sys.argv[1] == "save" else compare(sys.argv[2], sys.argv[3]))
+    sys.exit(save(*sys.argv[2:4]) if sys.argv[1] == "save" else compare(sys.argv[2], sys.argv[3]))

@@ -137,6 +137,13 @@ constexpr bool bwd_skip_masked_dropout(int headdim) {
   return kMode == 1 || (kMode == 2 && headdim == 128);
 }
 
+// p_and_ds' exponentials issued before its wait for dP^T (wg_gemm.h end_block_before_wait). Compiled, not yet
+// measured: off by default (the default build's SASS is unchanged); FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK=1 on.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK
+#define FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK 0
+#endif
+constexpr bool kBwdScheduleBlock = FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK != 0;
+
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -251,6 +258,7 @@ struct BwdMainloop {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
+      if constexpr (kBwdScheduleBlock) { end_block_before_wait(seqlen_k); }  // P^T issued before the dP^T wait
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)

@@ -58,6 +58,14 @@ CUTE_DEVICE uint32_t epilogue_barrier(int cwg) {
   return kW == 2 ? (cwg == 0 ? 2u : 3u) : uint32_t(kW + cwg);
 }
 
+// The overlap loop's softmax issued before its wait for the PV GEMM (wg_gemm.h end_block_before_wait).
+// Compiled (SASS: every MUFU of a block before the wait), not yet measured: off by default, the default
+// build's SASS unchanged; FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK=1 on.
+#ifndef FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK
+#define FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK 0
+#endif
+constexpr bool kFwdScheduleBlock = FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK != 0;
+
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
   CUTE_DEVICE void operator()() const {}
@@ -203,6 +211,7 @@ struct FwdMainloop {
       mask(n);
       softmax.step(s, corr);
       drop(n);
+      if constexpr (kFwdScheduleBlock) { end_block_before_wait(seqlen_k); }  // the softmax issued before the wait
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(rP);
