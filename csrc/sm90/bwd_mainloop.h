@@ -258,7 +258,14 @@ struct BwdMainloop {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
-      if constexpr (kBwdScheduleBlock) { end_block_before_wait(seqlen_k); }  // P^T issued before the dP^T wait
+      if constexpr (kBwdScheduleBlock) {  // P^T issued before the dP^T wait (wg_gemm.h end_block_before_wait)
+        // The branch on the OR of every P^T word: with an opaque int alone ptxas sank 13 of the 32 exp2 below
+        // the boundary. P^T >= 0, so the sign bit is set only by a NaN (then the membar merely runs).
+        uint32_t any = 0;
+        CUTE_UNROLL
+        for (int j = 0; j < size(tSrS); ++j) { any |= __float_as_uint(tSrS(j)); }
+        end_block_before_wait(int(any));
+      }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)

@@ -37,8 +37,9 @@ CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
 // (never_negative < 0 never holds for what the caller passes, e.g. seqlen_k) around a memory barrier.
 // ptxas schedules within basic blocks, so the work above stays above, and the wait after it stays
 // after it. Cost: one ISETP and a uniform branch (BSSY / BSYNC) per call. SASS with it: every MUFU of the
-// forward's block before the wait, at every head dim; 19 of the backward's 32 (ptxas sank 13 with their
-// LSE loads below the boundary); registers and spills unchanged.
+// forward's block before the wait, at every head dim; in the backward 19 of 32 with an opaque int (ptxas
+// sank 13 with their LSE loads below the boundary), all 32 with the branch on the OR of the P^T words
+// (bwd_mainloop.h); registers and spills unchanged.
 // FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK / _BWD_SCHEDULE_BLOCK = 1 place it (fwd_mainloop.h, bwd_mainloop.h);
 // both default to 0 until a same-run benchmark has measured them (benchmarks/NOTES.md, "Twentieth session").
 CUTE_DEVICE void end_block_before_wait(int never_negative) {
