@@ -33,8 +33,9 @@ CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
 // the wait (SASS WARPGROUP.DEPBAR) near the top of the work's basic block, so the work ran after the
 // GEMM had completed: in the forward every MUFU.EX2 of a block after the PV wait (d = 64 / 128 / 256,
 // causal and not; FA3's kernels, same nvcc: 13 / 33 of 66 before it), in the backward 5 of 32 before
-// the dP^T wait. end_block_before_wait() ends the basic block there: a branch that is never taken
-// (never_negative < 0 never holds for what the caller passes, e.g. seqlen_k) around a memory barrier.
+// the dP^T wait. end_block_before_wait(x) ends the basic block there: a branch on x < 0 around a memory
+// barrier, where x is never negative in practice (seqlen_k; the OR of P^T's words, negative only for a
+// NaN), and if it were, the barrier would merely run.
 // ptxas schedules within basic blocks, so the work above stays above, and the wait after it stays
 // after it. Cost: one ISETP and a uniform branch (BSSY / BSYNC) per call. SASS with it: every MUFU of the
 // forward's block before the wait, at every head dim; in the backward 19 of 32 with an opaque int (ptxas
@@ -42,13 +43,13 @@ CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
 // (bwd_mainloop.h); registers and spills unchanged.
 // FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK / _BWD_SCHEDULE_BLOCK = 1 place it (fwd_mainloop.h, bwd_mainloop.h);
 // both default to 0 until a same-run benchmark has measured them (benchmarks/NOTES.md, "Twentieth session").
-CUTE_DEVICE void end_block_before_wait(int never_negative) {
+CUTE_DEVICE void end_block_before_wait(int x) {
   asm volatile(
       "{\n"
       "  .reg .pred p;\n"
       "  setp.lt.s32 p, %0, 0;\n"
       "  @p membar.cta;\n"
-      "}\n" ::"r"(never_negative)
+      "}\n" ::"r"(x)
       : "memory");
 }
 
