@@ -20,7 +20,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_sass  # noqa: E402
 
-_FUNC = re.compile(r"Function : (\S+)")
 _INSN = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _MUFU = re.compile(r"(?:^|\s)MUFU\.")
 _BRA = re.compile(r"\bBRA (?:U?P\d+, )?0x([0-9a-f]+)")
@@ -31,7 +30,7 @@ def functions(sass: str) -> dict[str, list[tuple[int, str]]]:
     out: dict[str, list[tuple[int, str]]] = {}
     current = None
     for line in sass.splitlines():
-        m = _FUNC.search(line)
+        m = check_sass._FUNCTION.match(line)
         if m:
             current = out.setdefault(m.group(1), [])
             continue

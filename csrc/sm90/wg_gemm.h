@@ -32,7 +32,7 @@ CUTE_DEVICE void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
 // (bwd_mainloop.h p_and_ds): nothing of that work depends on the wait, and ptxas (nvcc 13.0) scheduled
 // the wait (SASS WARPGROUP.DEPBAR) near the top of the work's basic block, so the work ran after the
 // GEMM had completed: in the forward every MUFU.EX2 of a block after the PV wait (d = 64 / 128 / 256,
-// causal and not; FA3's kernels, same nvcc: 13 / 33 of 66 before it), in the backward 5 of 32 before
+// causal and not; FA3's d = 128 causal kernel, same nvcc: 13 / 32 of 66 before it), in the backward 5 of 32 before
 // the dP^T wait. end_block_before_wait(x) ends the basic block there: a branch on x < 0 around a memory
 // barrier, where x is never negative in practice (seqlen_k; the OR of P^T's words, negative only for a
 // NaN), and if it were, the barrier would merely run.
