@@ -6,7 +6,8 @@ the warm-up, input generation and cuDNN's plan building stay out of the report.
 
 Shapes: decode GQA 32/8 seqlen_q 1 at 8 x 4k, 1 x 32k, 32 x 4k (issue 10's gap to cuDNN); forward on
 the FA2 grid (16k tokens, 16 heads) at 1k and 4k, causal and not (issue 11); cuDNN's backward at 1k
-(issue 12). Random normal inputs (never zeros). Prints one line per call, in order, so the report's
+(issue 12). --forward-only --seqlens 2048,8192 --fa3-lib .fa3/libfa3ref.so: the forward calls only, with
+FlashAttention-3's (scripts/fa3_ref) next to ours and cuDNN's. Random normal inputs (never zeros). Prints one line per call, in order, so the report's
 kernels can be matched to calls (each call may launch several kernels).
 """
 import argparse
@@ -42,9 +43,10 @@ def decode_calls(skip_ours):
     return calls
 
 
-def forward_calls(skip_ours):
+def forward_calls(skip_ours, seqlens=(1024, 4096), fa3=None):
+    """fa3: scripts/fa3_ref/fa3_ref.py with its library loaded, or None (then no FA3 call)."""
     calls = []
-    for seqlen in (1024, 4096):
+    for seqlen in seqlens:
         batch = 16384 // seqlen
         for causal in (False, True):
             q, k, v = randn(batch, seqlen, 16, 128), randn(batch, seqlen, 16, 128), randn(batch, seqlen, 16, 128)
@@ -58,6 +60,8 @@ def forward_calls(skip_ours):
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=c)
             calls.append((f"fwd cudnn {tag}", cudnn))
+            if fa3 is not None:
+                calls.append((f"fwd fa3 {tag}", lambda q=q, k=k, v=v, c=causal: fa3.forward(q, k, v, causal=c)))
     return calls
 
 
@@ -91,8 +95,21 @@ def profile_calls(calls):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument("--forward-only", action="store_true", help="only the forward calls")
+    ap.add_argument("--seqlens", default="1024,4096", help="the forward calls' sequence lengths")
+    ap.add_argument("--fa3-lib", help="libfa3ref.so (scripts/fa3_ref/build.sh): FA3's forward too")
     args = ap.parse_args()
-    profile_calls(decode_calls(args.skip_ours) + forward_calls(args.skip_ours) + backward_calls())
+    fa3 = None
+    if args.fa3_lib:
+        import importlib.util
+        import os
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fa3_ref", "fa3_ref.py")
+        spec = importlib.util.spec_from_file_location("fa3_ref", path)
+        fa3 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fa3)
+        fa3.load(args.fa3_lib)
+    fwd = forward_calls(args.skip_ours, tuple(int(x) for x in args.seqlens.split(",")), fa3)
+    profile_calls(fwd if args.forward_only else decode_calls(args.skip_ours) + fwd + backward_calls())
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ DEADLINE=${DEADLINE:-570}
 gpu_build 240
 variant() {  # variant NAME DEFINES...: /tmp/v_NAME/flash_attn_cuda with UNITS rebuilt
   local name=$1 dir=/tmp/v_$1; shift
-  rm -rf "$dir" && mkdir -p "$dir" && cp -r flash_attn_cuda tests pyproject.toml "$dir/"
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r flash_attn_cuda tests scripts pyproject.toml "$dir/"
   rm -f "$dir"/flash_attn_cuda/_C*.so   # a variant that fails to link must not load the base build
   python3 - "$OUT/build.log" "$dir" "$UNITS" "$@" <<'PY'
 import re, shlex, subprocess, sys

@@ -137,8 +137,10 @@ constexpr bool bwd_skip_masked_dropout(int headdim) {
   return kMode == 1 || (kMode == 2 && headdim == 128);
 }
 
-// p_and_ds' exponentials issued before its wait for dP^T (wg_gemm.h end_block_before_wait). Compiled, not yet
-// measured: off by default (the default build's SASS is unchanged); FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK=1 on.
+// p_and_ds' exponentials issued before its wait for dP^T (wg_gemm.h end_block_before_wait; SASS: 32 of 32 MUFU
+// before it, 5 of 32 without). Measured slower (twenty-first session, H100 SXM, bf16, base / on / base in one
+// call): d = 64 and 128 backward -2 .. -5 % at 1k / 4k (d = 128 4k 509 / 487 / 510 TFLOP/s), causal 1k +2 %.
+// Off by default (the default build's SASS unchanged); FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK=1 on.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK
 #define FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK 0
 #endif

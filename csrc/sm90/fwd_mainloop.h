@@ -59,12 +59,36 @@ CUTE_DEVICE uint32_t epilogue_barrier(int cwg) {
 }
 
 // The overlap loop's softmax issued before its wait for the PV GEMM (wg_gemm.h end_block_before_wait).
-// Compiled (SASS: every MUFU of a block before the wait), not yet measured: off by default, the default
-// build's SASS unchanged; FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK=1 on.
+// SASS with it: every MUFU of a block before the wait (without: none, ptxas hoists the wait). Measured
+// (twenty-first session, H100 SXM, bf16, forward TFLOP/s, base / on / base in one call, then base / on /
+// base / on in a second; benchmarks/NOTES.md "Twenty-first session", results/h100_fwd_schedblock.md):
+//   d = 128: causal 4k 557 / 573 / 545, 8k 567 / 591 / 556 (+4 %); 1k-8k otherwise -1 .. +1.3 %.
+//   d = 256: -2 .. +3 %, no trend.  d = 64: 1k 436 / 429 / 447, causal 1k 304 / 290 / 308 (-3 / -5 %).
+// Outputs bit-identical either way (scripts/fwd_bits.py). FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK: 2 (default)
+// d = 128 only, 0 never, 1 every head dim.
 #ifndef FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK
-#define FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK 0
+#define FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK 2
 #endif
-constexpr bool kFwdScheduleBlock = FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK != 0;
+constexpr bool fwd_schedule_block(int headdim) {
+  constexpr int kMode = FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK;
+  static_assert(kMode >= 0 && kMode <= 2, "FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK is 0, 1 or 2");
+  return kMode == 1 || (kMode == 2 && headdim == 128);
+}
+
+// Where the overlap loop rescales O by the last softmax's correction. 0: after the PV wait, at the end of
+// the block (the PV GEMM of block n + 1 has completed, P_n not yet converted). 1: in the next block, after
+// its S = QK^T GEMM is issued and before its PV GEMM (FA3's place): the FMULs then run while the tensor
+// cores work on S instead of between the PV wait and the next GEMM issue, the warpgroup's critical path.
+// Same products in the same order: O bit-identical (scripts/fwd_bits.py). Why tried: ncu (twenty-first session,
+// H100, d = 128 causal 8k, benchmarks/NOTES.md) against FA3's kernel on the same 128 x 128 tile: ours spends
+// 24 % more warp-stall samples in the softmax / conversion part of a block and 12 % more cycles with the
+// same tensor work. Measured (H100 SXM, bf16, base / on / base / on in one call, results/h100_fwd_rescaleqk.md):
+// 0.983-1.012 at d = 64 / 128 / 256, 1k-8k, causal both, no trend (predicted +2-4 %): off. SASS with it: the
+// FMULs between the S GEMM's HGMMAs and the PV GEMM's, 0 spills, no wgmma serialisation.
+#ifndef FLASH_ATTN_CUDA_SM90_FWD_RESCALE_UNDER_QK
+#define FLASH_ATTN_CUDA_SM90_FWD_RESCALE_UNDER_QK 0
+#endif
+constexpr bool kFwdRescaleUnderQK = FLASH_ATTN_CUDA_SM90_FWD_RESCALE_UNDER_QK != 0;
 
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
@@ -200,6 +224,7 @@ struct FwdMainloop {
       pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
       wait_turn();
       wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
+      if constexpr (kFwdRescaleUnderQK) { scale_rows_between_blocks(o, corr); }  // block n + 1's correction
       pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
       wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
       pass_turn();
@@ -211,16 +236,17 @@ struct FwdMainloop {
       mask(n);
       softmax.step(s, corr);
       drop(n);
-      if constexpr (kFwdScheduleBlock) { end_block_before_wait(seqlen_k); }  // the softmax issued before the wait
+      if constexpr (fwd_schedule_block(Traits::kHeadDim)) { end_block_before_wait(seqlen_k); }  // the softmax issued before the wait
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(rP);
       pipe_v.consumer_release(st_v);
       ++st_v;
-      scale_rows_between_blocks(o, corr);
+      if constexpr (!kFwdRescaleUnderQK) { scale_rows_between_blocks(o, corr); }
       to_p();
     }
 
+    if constexpr (kFwdRescaleUnderQK) { scale_rows_between_blocks(o, corr); }  // the last block's correction
     pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n_min);
     wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
     warpgroup_wait<0>();
