@@ -28,7 +28,9 @@ struct OnlineSoftmax {
 
   // s (rows, cols): raw scores in, P = exp2((s - max) * scale_log2) out. corr[r]: the factor the
   // caller multiplies row r of O by (the old max's weight under the new max).
-  template <class TensorS>
+  // kCheckInf = false: only for a block with no masked key (every score finite, so the new max is too);
+  // it drops the -inf guard (FSETP + FSEL per row), as FA3 does outside its masked blocks.
+  template <bool kCheckInf = true, class TensorS>
   CUTE_DEVICE void step(TensorS& s, float (&corr)[kRows]) {
     static_assert(decltype(size<0>(s))::value == kRows);
     CUTE_UNROLL
@@ -38,7 +40,7 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(s); ++c) { m = fmaxf(m, s(r, c)); }
       m = quad_max(m);
       // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      const float m_scaled = kCheckInf && m == -INFINITY ? 0.f : m * scale_log2;
       corr[r] = exp2f(row_max[r] * scale_log2 - m_scaled);
       row_max[r] = m;
       float sum = 0.f;
