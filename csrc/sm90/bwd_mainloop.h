@@ -33,6 +33,7 @@
 #include "../dropout.h"
 #include "bwd_dropout.h"
 #include "fwd_layouts.h"
+#include "tuning_mode.h"
 #include "wg_gemm.h"
 
 namespace flash::sm90 {
@@ -132,9 +133,7 @@ constexpr bool kBwdSkipMasked = FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED != 0;
 #define FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT 2
 #endif
 constexpr bool bwd_skip_masked_dropout(int headdim) {
-  constexpr int kMode = FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT;
-  static_assert(kMode >= 0 && kMode <= 2, "FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT is 0, 1 or 2");
-  return kMode == 1 || (kMode == 2 && headdim == 128);
+  return tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_SKIP_MASKED_DROPOUT>(headdim, 128);
 }
 
 // p_and_ds' exponentials issued before its wait for dP^T (wg_gemm.h end_block_before_wait; SASS: 32 of 32 MUFU

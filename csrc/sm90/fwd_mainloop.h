@@ -23,6 +23,7 @@
 #include "fwd_mask.h"
 #include "fwd_softmax.h"
 #include "watchdog.h"
+#include "tuning_mode.h"
 #include "wg_gemm.h"
 
 namespace flash::sm90 {
@@ -70,9 +71,7 @@ CUTE_DEVICE uint32_t epilogue_barrier(int cwg) {
 #define FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK 2
 #endif
 constexpr bool fwd_schedule_block(int headdim) {
-  constexpr int kMode = FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK;
-  static_assert(kMode >= 0 && kMode <= 2, "FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK is 0, 1 or 2");
-  return kMode == 1 || (kMode == 2 && headdim == 128);
+  return tuning_mode_on<FLASH_ATTN_CUDA_SM90_FWD_SCHEDULE_BLOCK>(headdim, 128);
 }
 
 // Where the overlap loop rescales O by the last softmax's correction. 0: after the PV wait, at the end of
@@ -257,7 +256,8 @@ struct FwdMainloop {
         softmax.step(s, corr);
       }
       drop(n);
-      if constexpr (fwd_schedule_block(Traits::kHeadDim)) { end_block_before_wait(seqlen_k); }  // the softmax issued before the wait
+      // The softmax issued before the wait (d = 128, fwd_schedule_block).
+      if constexpr (fwd_schedule_block(Traits::kHeadDim)) { end_block_before_wait(seqlen_k); }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(rP);
