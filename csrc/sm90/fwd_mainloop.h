@@ -101,6 +101,16 @@ constexpr bool kFwdRescaleUnderQK = FLASH_ATTN_CUDA_SM90_FWD_RESCALE_UNDER_QK !=
 #endif
 constexpr bool kFwdGuardMaskedOnly = FLASH_ATTN_CUDA_SM90_FWD_GUARD_MASKED_ONLY != 0;
 
+// The overlap loop's V wait: a try-wait before the GEMM turn and the wait itself (skipped when the try-wait
+// found V) between the S and PV GEMM issues, so the turn is not held over an mbarrier poll. ncu (twenty-first
+// session, d = 128 causal 8k): 1.6 % of the warp-stall samples sit on the V wait inside the turn; FA3 polls
+// only on the blocks whose try-wait failed. Compiled (SASS: one TRYWAIT before the BAR.SYNC, 0 spills), not yet
+// measured: off. FLASH_ATTN_CUDA_SM90_FWD_V_TRY_WAIT=1 on (scripts/fwd_option_gpu.sh).
+#ifndef FLASH_ATTN_CUDA_SM90_FWD_V_TRY_WAIT
+#define FLASH_ATTN_CUDA_SM90_FWD_V_TRY_WAIT 0
+#endif
+constexpr bool kFwdVTryWait = FLASH_ATTN_CUDA_SM90_FWD_V_TRY_WAIT != 0;
+
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
   CUTE_DEVICE void operator()() const {}
@@ -233,10 +243,16 @@ struct FwdMainloop {
 
     for (int n = n_max - 2; n >= n_min; --n) {
       pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
+      // kFwdVTryWait: V's try-wait now, its wait after the S GEMM issue (skip_wait: no poll when off).
+      [[maybe_unused]] cutlass::ConsumerToken v_token = pipe_v.consumer_try_wait(st_v, !kFwdVTryWait);
       wait_turn();
       wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
       if constexpr (kFwdRescaleUnderQK) { scale_rows_between_blocks(o, corr); }  // block n + 1's correction
-      pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
+      if constexpr (kFwdVTryWait) {
+        pipe_consumer_wait_token(pipe_v, st_v, v_token, WaitSite::kVFull, m0, n + 1);
+      } else {
+        pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
+      }
       wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
       pass_turn();
       warpgroup_wait<1>();  // S_n done, PV of the block before still running

@@ -62,6 +62,24 @@ CUTE_DEVICE void pipe_consumer_wait(Pipeline& pipe, State const& st, WaitSite si
 #endif
 }
 
+// The same wait after an early consumer_try_wait: `token` (cutlass::BarrierStatus) from a try-wait issued
+// some work before, so that a stage already full costs no wait here (FA3's consumer_try_wait).
+template <class Pipeline, class State, class Token>
+CUTE_DEVICE void pipe_consumer_wait_token(Pipeline& pipe, State const& st, Token token, WaitSite site, int tile,
+                                          int block) {
+#ifdef FLASH_ATTN_SM90_WATCHDOG
+  const long long start = clock64();
+  while (!(token == cutlass::BarrierStatus::WaitDone)) {
+    if (clock64() - start > kWatchdogCycles) { watchdog_fire(site, st.phase(), nullptr, tile, block); }
+    token = pipe.consumer_try_wait(st);
+  }
+  pipe.consumer_wait(st, token);
+#else
+  (void)site, (void)tile, (void)block;
+  pipe.consumer_wait(st, token);
+#endif
+}
+
 template <class Pipeline, class State>
 CUTE_DEVICE void pipe_producer_acquire(Pipeline& pipe, State const& st, WaitSite site, int tile, int block) {
 #ifdef FLASH_ATTN_SM90_WATCHDOG
