@@ -45,25 +45,9 @@ CUTE_DEVICE void mbar_wait(uint64_t* bar, uint32_t phase, WaitSite site, int til
 #endif
 }
 
-// PipelineTmaAsync consumer_wait / producer_acquire through the watchdog.
-template <class Pipeline, class State>
-CUTE_DEVICE void pipe_consumer_wait(Pipeline& pipe, State const& st, WaitSite site, int tile, int block) {
-#ifdef FLASH_ATTN_SM90_WATCHDOG
-  const long long start = clock64();
-  auto token = pipe.consumer_try_wait(st);
-  while (!(token == cutlass::BarrierStatus::WaitDone)) {
-    if (clock64() - start > kWatchdogCycles) { watchdog_fire(site, st.phase(), nullptr, tile, block); }
-    token = pipe.consumer_try_wait(st);
-  }
-  pipe.consumer_wait(st, token);
-#else
-  (void)site, (void)tile, (void)block;
-  pipe.consumer_wait(st);
-#endif
-}
-
-// The same wait after an early consumer_try_wait: `token` (cutlass::BarrierStatus) from a try-wait issued
-// some work before, so that a stage already full costs no wait here (FA3's consumer_try_wait).
+// PipelineTmaAsync consumer_wait / producer_acquire through the watchdog. pipe_consumer_wait_token: the wait
+// after an early consumer_try_wait, `token` (cutlass::ConsumerToken) from a try-wait issued some work before,
+// so that a stage already full costs no poll here (FA3's consumer_try_wait).
 template <class Pipeline, class State, class Token>
 CUTE_DEVICE void pipe_consumer_wait_token(Pipeline& pipe, State const& st, Token token, WaitSite site, int tile,
                                           int block) {
@@ -77,6 +61,16 @@ CUTE_DEVICE void pipe_consumer_wait_token(Pipeline& pipe, State const& st, Token
 #else
   (void)site, (void)tile, (void)block;
   pipe.consumer_wait(st, token);
+#endif
+}
+
+template <class Pipeline, class State>
+CUTE_DEVICE void pipe_consumer_wait(Pipeline& pipe, State const& st, WaitSite site, int tile, int block) {
+#ifdef FLASH_ATTN_SM90_WATCHDOG
+  pipe_consumer_wait_token(pipe, st, pipe.consumer_try_wait(st), site, tile, block);
+#else
+  (void)site, (void)tile, (void)block;
+  pipe.consumer_wait(st);
 #endif
 }
 
