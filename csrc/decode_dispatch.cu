@@ -29,11 +29,11 @@ bool kvcache_params_supported(const KvCacheParams& p) {
          int64_t(p.batch) * p.nheads_k <= 65535 && p.headdim <= kCombineMaxHeadDim && int64_t(p.seqlen_q) * (p.nheads / p.nheads_k) <= kMaxSeqlen;
 }
 
-static DecodeTileInfo decode_tile(int headdim_rounded) {
+static DecodeTileInfo decode_tile(int headdim_rounded, bool wide = false) {
   switch (headdim_rounded) {
 #define FLASH_CASE(D) \
   case D:             \
-    return decode_tile_info<D>();
+    return wide ? decode_tile_info<D, decode_has_wide(D)>() : decode_tile_info<D>();
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
     default:
@@ -41,6 +41,7 @@ static DecodeTileInfo decode_tile(int headdim_rounded) {
   }
 }
 
+// The base tile's: the binding checks that the device allows it (the wide tile is taken only where it fits).
 int kvcache_shared_memory_bytes(int headdim_rounded) { return decode_tile(headdim_rounded).smem_bytes; }
 
 // Decode thread blocks resident per SM (threads and shared memory; 1 KB of it reserved per block).
@@ -48,24 +49,50 @@ static int decode_blocks_per_sm(const DecodeTileInfo& tile, int smem_per_sm) {
   return std::max(1, std::min(2048 / tile.threads, smem_per_sm / (tile.smem_bytes + 1024)));
 }
 
-int kvcache_num_splits(const KvCacheParams& p, int num_sms, int smem_per_sm) {
-  const DecodeTileInfo tile = decode_tile(p.headdim_rounded);
-  if (tile.block_m < 0) { return 1; }
+// FLASH_ATTN_CUDA_DECODE_WIDE: 0 never the wide tile, 1 always where it is built and fits (same-run
+// comparisons, benchmarks/NOTES.md); unset or anything else: heuristics.h decode_pick_wide.
+static int decode_wide_override() {
+  const char* v = std::getenv("FLASH_ATTN_CUDA_DECODE_WIDE");
+  if (v != nullptr && std::strcmp(v, "0") == 0) { return 0; }
+  if (v != nullptr && std::strcmp(v, "1") == 0) { return 1; }
+  return -1;
+}
+
+// Packed-row tiles x batch x K/V heads: the thread blocks of one split (the same for both tiles: 16 rows).
+static int64_t decode_work_blocks(const KvCacheParams& p, const DecodeTileInfo& tile) {
   const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
-  const int64_t work = int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m);
+  return int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m);
+}
+
+// The tile of a call, from static shapes and the device only (the split count and the launch agree).
+static bool decode_use_wide(const KvCacheParams& p, int num_sms, int smem_per_sm) {
+  // Every build with a decode_has_wide head dim compiles its wide unit (tools/gen_instantiations.py).
+  if (!decode_has_wide(p.headdim_rounded)) { return false; }
+  const DecodeTileInfo wide = decode_tile(p.headdim_rounded, true);
+  if (wide.block_m < 0 || smem_per_sm < wide.smem_bytes + 1024) { return false; }
+  const int force = decode_wide_override();
+  if (force >= 0) { return force == 1; }
+  const int n_blocks = (p.seqlen_k + wide.block_n - 1) / wide.block_n;
+  return decode_pick_wide(int(std::min<int64_t>(decode_work_blocks(p, wide), 1 << 30)), num_sms, n_blocks);
+}
+
+int kvcache_num_splits(const KvCacheParams& p, int num_sms, int smem_per_sm) {
+  const DecodeTileInfo tile = decode_tile(p.headdim_rounded, decode_use_wide(p, num_sms, smem_per_sm));
+  if (tile.block_m < 0) { return 1; }
+  const int64_t work = decode_work_blocks(p, tile);
   const int n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
   return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms,
                            num_sms * decode_blocks_per_sm(tile, smem_per_sm), n_blocks);
 }
 
 template <typename Element>
-static cudaError_t run_kvcache_dtype(const KvCacheParams& p, cudaStream_t stream) {
+static cudaError_t run_kvcache_dtype(const KvCacheParams& p, bool wide, cudaStream_t stream) {
   cudaError_t err = run_kvcache_append_<Element>(p, stream);
   if (err != cudaSuccess) { return err; }
   switch (p.headdim_rounded) {
-#define FLASH_CASE(D)                            \
-  case D:                                        \
-    err = run_decode_<Element, D>(p, stream);    \
+#define FLASH_CASE(D)                                                                                       \
+  case D:                                                                                                   \
+    err = wide ? run_decode_<Element, D, decode_has_wide(D)>(p, stream) : run_decode_<Element, D>(p, stream); \
     break;
     FLASH_FOR_EACH_HDIM(FLASH_CASE)
 #undef FLASH_CASE
@@ -89,16 +116,16 @@ cudaError_t run_kvcache(const KvCacheParams& caller_params, cudaStream_t stream)
   params.overlap_combine = current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
   params.overlap_decode = params.overlap_combine && decode_pdl_enabled();
   params.prefetch_blocks = 0;
+  const int num_sms = current_device_attribute<cudaDevAttrMultiProcessorCount>();
+  const int smem_per_sm = current_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>();
+  const bool wide = decode_use_wide(params, num_sms, smem_per_sm);  // as kvcache_num_splits picked it
   if (params.overlap_decode) {
-    const DecodeTileInfo tile = decode_tile(params.headdim_rounded);
-    params.prefetch_blocks =
-        current_device_attribute<cudaDevAttrMultiProcessorCount>() *
-        decode_blocks_per_sm(tile, current_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>());
+    params.prefetch_blocks = num_sms * decode_blocks_per_sm(decode_tile(params.headdim_rounded, wide), smem_per_sm);
   }
   switch (params.dtype) {
 #define FLASH_CASE(ENUM, TYPE) \
   case DType::ENUM:            \
-    return run_kvcache_dtype<TYPE>(params, stream);
+    return run_kvcache_dtype<TYPE>(params, wide, stream);
     FLASH_FOR_EACH_DTYPE(FLASH_CASE)
 #undef FLASH_CASE
     default:

@@ -36,10 +36,10 @@ cudaError_t launch_decode(const KvCacheParams& params, cudaStream_t stream) {
   return cudaLaunchKernelEx(&config, kernel, params);
 }
 
-// Instantiated in instantiations/decode_hdim*_*.cu.
-template <typename Element, int kHeadDim>
+// Instantiated in instantiations/decode_hdim*_*.cu (kWide: decode_hdim*_*_wide.cu).
+template <typename Element, int kHeadDim, bool kWide>
 cudaError_t run_decode_(const KvCacheParams& params, cudaStream_t stream) {
-  using Traits = DecodeTraits<kHeadDim, Element>;
+  using Traits = DecodeTraits<kHeadDim, Element, kWide>;
   return params.block_table != nullptr ? launch_decode<Traits, true>(params, stream)
                                        : launch_decode<Traits, false>(params, stream);
 }

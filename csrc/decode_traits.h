@@ -32,8 +32,18 @@ using namespace cute;
 //   batch 32 x 1k / 2k / 4k:  1.02 / 0.99 / 0.99  vs 0.93 / 0.96 / 0.99 and 0.94 / 0.97 / 0.98
 //   paged 16 / contiguous:    0.86-1.02           vs 0.79-0.96 and 0.80-0.99
 // 128 keys x 8 warps (16 keys per warp, one block per SM): 2 stages 0.97-1.01, 3 stages 0.97-1.02 at
-// batch 1 / 8 / 32 x 4k / 32k, 1 x 4k 1.02 (this tile 1.20). No tile wins every shape: the wide
-// one would pay only as a second kernel for batch ~8 and long caches (build time: not yet).
+// batch 1 / 8 / 32 x 4k / 32k, 1 x 4k 1.02 (this tile 1.20). No tile wins every shape: the wide one
+// (128 keys x 4 warps, 2 stages) is now a second kernel at d = 128, picked per call (kWide below,
+// decode_dispatch.cu decode_pick_wide). H100 SXM, twenty-second session, same run as cuDNN, us this
+// tile / 64 keys x 2 warps (3 stages) / 32 keys x 2 warps (6 stages) / wide, contiguous (paged 16 the
+// wide one: 1.2-1.8 % slower than this tile at batch >= 8; results/history/h100_dtile3_*):
+//   1 x 4k 10.3 / 11.3 / 12.7 / 11.1      1 x 32k 50.9 / 50.6 / 50.8 / 48.3     8 x 4k 50.0 / 50.0 / 49.9 / 48.1
+//   8 x 32k 353.0 / 353.1 / 354.3 / 345.1  32 x 4k 176.5 / 176.3 / 176.6 / 175.5
+//   32 x 32k 1382.9 / 1383.7 / 1384.1 / 1365.2  64 x 4k 350.2 / 349.5 / 350.5 / 347.1
+//   64 x 32k 2756.1 / 2757.1 / 2769.0 / 2712.9
+// So 32 keys per warp is not what makes the wide tile fast (64 x 2 warps equals this tile), nor more
+// stages (32 x 2 warps x 6 is slower at batch 1): it is one barrier and one softmax round per 32 KB of
+// K and V a warp reads, at one block of 4 warps per SM.
 #ifndef FLASH_ATTN_CUDA_DECODE_BLOCK_N
 #define FLASH_ATTN_CUDA_DECODE_BLOCK_N 64
 #endif
@@ -44,18 +54,27 @@ using namespace cute;
 #define FLASH_ATTN_CUDA_DECODE_STAGES 3
 #endif
 
-template <int kHeadDim_, typename Element_>
+// The wide tile, a second kernel where decode_has_wide(d): 128 keys x 4 warps (32 keys per warp), 2
+// stages of 64 KB (d = 128), 134 KB of shared memory: one thread block per SM. Faster on long K/V
+// ranges per thread block, slower where each block streams few K/V blocks or the grid runs in several
+// waves of short ones (decode_dispatch.cu decode_pick_wide has the rule and its measurements).
+constexpr bool decode_has_wide(int headdim) { return headdim == 128; }
+
+template <int kHeadDim_, typename Element_, bool kWide_ = false>
 struct DecodeTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kWide = kWide_;
+  static_assert(!kWide || decode_has_wide(kHeadDim), "the wide decode tile exists for decode_has_wide head dims");
   static constexpr int kBlockM = 16;
-  static constexpr int kBlockN = FLASH_ATTN_CUDA_DECODE_BLOCK_N;
-  static constexpr int kNWarps = FLASH_ATTN_CUDA_DECODE_WARPS;
+  static constexpr int kBlockN = kWide ? 128 : FLASH_ATTN_CUDA_DECODE_BLOCK_N;
+  static constexpr int kNWarps = kWide ? 4 : FLASH_ATTN_CUDA_DECODE_WARPS;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kWarpKeys = kBlockN / kNWarps;  // keys of each K/V tile one warp owns
   // Shared memory per stage: 2 * 64 * d * 2 B (32 KB at d = 128); 3 stages keep two tiles in
   // flight and two thread blocks fit an H200 SM (2 x 100 KB); d > 128 uses 2 stages (128 KB).
-  static constexpr int kStages = kHeadDim <= 128 ? FLASH_ATTN_CUDA_DECODE_STAGES : 2;
+  // The wide tile: 2 stages of 2 * 128 * d * 2 B.
+  static constexpr int kStages = kWide ? 2 : kHeadDim <= 128 ? FLASH_ATTN_CUDA_DECODE_STAGES : 2;
   static_assert(kWarpKeys % 16 == 0, "each warp's keys are whole k16 MMA steps of P V");
 
   // Atoms, swizzled smem row layout and the 16-B global copy layout of the forward kernel.
@@ -93,16 +112,17 @@ struct DecodeTileInfo {
   int block_m = -1, block_n = -1, smem_bytes = -1, threads = -1;
 };
 
-template <int kHeadDim>
+template <int kHeadDim, bool kWide = false>
 constexpr DecodeTileInfo decode_tile_info() {
-  using T = DecodeTraits<kHeadDim, cutlass::half_t>;
+  using T = DecodeTraits<kHeadDim, cutlass::half_t, kWide>;
   return {T::kBlockM, T::kBlockN, T::kSmemBytes, T::kNThreads};
 }
 
-// Defined in decode_launch.h; instantiated once each in instantiations/decode_*.cu (per element type
-// and head dim) and instantiations/kvcache_*.cu (per element type). The dispatch sees these
+// Defined in decode_launch.h; instantiated once each in instantiations/decode_*.cu (per element type,
+// head dim and tile) and instantiations/kvcache_*.cu (per element type). The dispatch sees these
 // declarations only.
-template <typename Element, int kHeadDim>
+// kWide: the wide tile (instantiations/decode_hdim<d>_<dtype>_wide.cu, decode_has_wide head dims).
+template <typename Element, int kHeadDim, bool kWide = false>
 cudaError_t run_decode_(const KvCacheParams& params, cudaStream_t stream);
 template <typename Element>
 cudaError_t run_kvcache_append_(const KvCacheParams& params, cudaStream_t stream);

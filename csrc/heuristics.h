@@ -51,6 +51,26 @@ inline int decode_num_splits(int work_blocks, int num_sms, int slots, int n_bloc
   return std::max(1, std::min({wave, by_length, kMaxSplits}));
 }
 
+// Whether a decode call takes the wide tile (decode_traits.h kWide: 128 keys x 4 warps, one thread block
+// per SM) where the head dim has one. It pays on long K/V ranges per thread block and loses where each
+// block streams few K/V blocks (its first 64 KB tile is the whole wait) or where the grid runs in several
+// waves of short blocks. work_blocks: batch x K/V heads x packed-row tiles; n_blocks: the wide tile's K/V
+// blocks of the cache's capacity (static shapes only, like the split count).
+// H100 SXM (twenty-second session, GQA 32/8 d = 128 bf16, contiguous, same run as cuDNN, us base / wide):
+//   1 x 4k 10.3 / 11.1 (2 blocks per thread block)   1 x 32k 50.9 / 48.3   8 x 4k 50.0 / 48.1
+//   8 x 32k 353.0 / 345.1   32 x 4k 176.5 / 175.5   32 x 32k 1382.9 / 1365.2   64 x 4k 350.2 / 347.1
+//   64 x 32k 2756.1 / 2712.9
+// H200 (ninth session, ours / cuDNN base against wide): 8 x 1k 0.96 / 1.04, 1 x 1k 1.07 / 1.04,
+//   32 x 1k 1.02 / 0.93, 32 x 2k 0.99 / 0.96 (two waves of 8 or 16 blocks each), 32 x 4k 0.99 / 0.99.
+constexpr int kWideMinBlocksPerSplit = 4;   // fewer per thread block: the base tile
+constexpr int kWideWavesMinBlocks = 32;     // several waves: only from 4k keys (32 wide blocks) up
+inline bool decode_pick_wide(int work_blocks, int num_sms, int n_blocks) {
+  if (work_blocks <= 0 || num_sms <= 0 || n_blocks <= 0) { return false; }
+  const int splits = decode_num_splits(work_blocks, num_sms, num_sms, n_blocks);
+  if (n_blocks / splits < kWideMinBlocksPerSplit) { return false; }
+  return int64_t(work_blocks) * splits <= num_sms || n_blocks >= kWideWavesMinBlocks;
+}
+
 // Whether fwd() (flash_attn_cuda.attention) should run on the KV-cache kernel: when the query
 // rows of one K/V head (seqlen_q x GQA group) fit its 16-row packed tile. The FA2 forward would
 // give each query head a 128-row tile of which seqlen_q rows live and read K/V once per query

@@ -60,3 +60,58 @@ def test_invariants(splits):
         assert s == 1 or w * s <= slots, (w, sms, slots, n, s)  # one wave
         if w >= 0.8 * slots:
             assert s == 1, (w, sms, slots, n, s)
+
+
+# The decode tile rule (heuristics.h decode_pick_wide): the shapes measured (GQA 32/8, d = 128: work =
+# batch x 8; wide K/V blocks of 128 keys) -> whether the wide tile was the faster one.
+PICK_PROGRAM = r"""
+#include <cstdio>
+#include "heuristics.h"
+int main() {
+  int work, sms, n_blocks;
+  while (std::scanf("%d %d %d", &work, &sms, &n_blocks) == 3) {
+    std::printf("%d\n", int(flash::decode_pick_wide(work, sms, n_blocks)));
+  }
+  return 0;
+}
+"""
+PICK_MEASURED = {
+    (8, 32): False,    # 1 x 4k: H100 10.3 us base, 11.1 wide
+    (8, 256): True,    # 1 x 32k: 50.9 / 48.3
+    (64, 32): True,    # 8 x 4k: 50.0 / 48.1
+    (64, 256): True,   # 8 x 32k: 353.0 / 345.1
+    (256, 32): True,   # 32 x 4k: 176.5 / 175.5
+    (256, 256): True,  # 32 x 32k: 1382.9 / 1365.2
+    (512, 32): True,   # 64 x 4k: 350.2 / 347.1
+    (512, 256): True,  # 64 x 32k: 2756.1 / 2712.9
+    (8, 8): False,     # 1 x 1k: H200 ours / cuDNN 1.07 base, 1.04 wide
+    (64, 8): True,     # 8 x 1k: H200 0.96 / 1.04
+    (256, 8): False,   # 32 x 1k: H200 1.02 / 0.93
+    (256, 16): False,  # 32 x 2k: H200 0.99 / 0.96
+}
+
+
+@pytest.fixture(scope="module")
+def pick(tmp_path_factory):
+    exe = host_cxx.build(tmp_path_factory.mktemp("pick"), "pick", PICK_PROGRAM)
+    return lambda cases: [bool(int(x)) for x in host_cxx.run(exe, cases).split()]
+
+
+def test_tile_rule_measured(pick):
+    got = pick([(w, H200_SMS, n) for w, n in PICK_MEASURED])
+    assert dict(zip(PICK_MEASURED, got)) == PICK_MEASURED
+
+
+def test_tile_rule_invariants(pick, splits):
+    cases = [(w, sms, n) for w in (1, 8, 64, 100, 132, 133, 256, 1024) for sms in (46, 108, 132)
+             for n in (0, 1, 3, 4, 8, 31, 32, 256, 1024)]
+    got = pick(cases)
+    counts, _ = splits([(w, sms, sms, n) for w, sms, n in cases if n > 0])
+    count = dict(zip([c for c in cases if c[2] > 0], counts))
+    for (w, sms, n), wide in zip(cases, got):
+        if n == 0:
+            assert not wide
+            continue
+        if wide:  # every wide thread block streams >= 4 K/V blocks; several waves only from 32 blocks
+            assert n // count[(w, sms, n)] >= 4, (w, sms, n)
+            assert w * count[(w, sms, n)] <= sms or n >= 32, (w, sms, n)

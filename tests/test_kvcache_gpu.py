@@ -233,6 +233,58 @@ def test_paged_any_page_size_equals_contiguous(page_size):
         assert torch.equal(lse, paged_lse), f"page {page_size}: paged lse != contiguous at num_splits={num_splits}"
 
 
+# The decode kernel's two tiles at d = 128 (csrc/decode_traits.h kWide; FLASH_ATTN_CUDA_DECODE_WIDE forces one):
+# each against the reference, paged caches (pages smaller than, not dividing, and larger than a tile)
+# bit for bit equal to the contiguous one at the same num_splits, ragged lengths up to the capacity.
+WIDE_RAGGED = [0, 1, 17, 4095, 6144, 129]
+
+
+@pytest.mark.skipif(128 not in HDIMS, reason="the wide decode tile exists at d = 128 only; not in this build")
+@pytest.mark.parametrize("tile", ["0", "1"], ids=["base", "wide"])
+@pytest.mark.parametrize("nheads,nheads_k,seqlen_q,causal", [(8, 2, 1, False), (8, 2, 4, True), (16, 1, 1, False)],
+                         ids=["gqa4", "gqa4-q4-causal", "mqa"])
+def test_decode_tiles_match_reference_and_paged_equals_contiguous(monkeypatch, tile, nheads, nheads_k, seqlen_q,
+                                                                   causal):
+    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_WIDE", tile)
+    batch, capacity, hdim = len(WIDE_RAGGED), 6144, 128
+    torch.manual_seed(nheads + seqlen_q)
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=41)
+    q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.tensor(WIDE_RAGGED, dtype=torch.int32, device="cuda")
+    paged = {page: _paged_like(k_cache, v_cache, page, seed=42 + page) for page in (16, 48, 256)}
+    for num_splits in (0, 1, 3, 7):
+        out, lse = _check(q, k_cache, v_cache, cache_seqlens=lengths, causal=causal, num_splits=num_splits)
+        for page, (pk, pv, block_table) in paged.items():
+            p_out, p_lse = attention_with_kvcache(q, pk, pv, cache_seqlens=lengths, block_table=block_table,
+                                                  causal=causal, num_splits=num_splits, return_softmax_lse=True)
+            assert torch.equal(out, p_out) and torch.equal(lse, p_lse), \
+                f"tile {tile}: paged{page} != contiguous at num_splits={num_splits}"
+
+
+@pytest.mark.skipif(128 not in HDIMS, reason="the wide decode tile exists at d = 128 only; not in this build")
+@pytest.mark.parametrize("batch,capacity,wide", [(1, 32768, True), (1, 4096, False), (32, 1024, False)],
+                         ids=["1x32k-wide", "1x4k-base", "32x1k-base"])
+def test_decode_tile_rule_picks_the_tile(monkeypatch, batch, capacity, wide):
+    """Without the override the call runs the tile heuristics.h decode_pick_wide names (GQA 32/8, one token):
+    bit for bit the forced tile's output, and not the other's."""
+    nheads, nheads_k, hdim = 32, 8, 128
+    torch.manual_seed(batch)
+    k_cache, v_cache, _ = _cache(batch, capacity, nheads_k, hdim, seed=batch)
+    q = torch.randn(batch, 1, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.full((batch,), capacity, dtype=torch.int32, device="cuda")
+    outs = {}
+    for tile in ("auto", "0", "1"):
+        if tile == "auto":
+            monkeypatch.delenv("FLASH_ATTN_CUDA_DECODE_WIDE", raising=False)
+        else:
+            monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_WIDE", tile)
+        outs[tile] = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, num_splits=1)
+    # num_splits=1: the same split for both tiles, so only the tile's summation order tells them apart
+    picked, other = ("1", "0") if wide else ("0", "1")
+    assert torch.equal(outs["auto"], outs[picked])
+    assert not torch.equal(outs["auto"], outs[other]), "both tiles gave the same bits: the test cannot tell them apart"
+
+
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_bad_block_table_is_clamped(num_splits):
     """block_table entries below 0 or past the last page read (and the append writes) the clamped

@@ -36,8 +36,10 @@ KERNELS = {
 # every one the row builds)}: variants with a unit of their own per (head dim, dtype),
 # <stem>_hdim<d>_<dtype>_<variant>.cu. dropout: built with the feature kernels; the sm90 backward's
 # covers d = 256's role-split tile too (sm90/bwd_mainloop_split.h kDropout). short_causal: with
-# FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1 (sm90/fwd_api.h fwd_short_causal).
+# FLASH_ATTN_CUDA_SM90_SHORT_CAUSAL=1 (sm90/fwd_api.h fwd_short_causal). wide: the decode kernel's second
+# tile (csrc/decode_traits.h decode_has_wide: its head dims here), always built with the KV cache.
 VARIANTS = {
+    ("sm80", "decode"): {"wide": ("true", (128,))},
     ("sm90", "fwd"): {"dropout": ("true", None), "short_causal": ("false, true", (64,))},
     ("sm90", "bwd"): {"dropout": ("true", (64, 128, 256))},
 }
@@ -149,7 +151,7 @@ def generate(out_dir: str | os.PathLike, hdims, dtypes, directions=("fwd",), fam
     """Writes the files for this build, removes stale ones; returns the .cu paths. smem_tiles: the
     SMEM_TILES rows too (build_config.parse_smem_tiles); features: the dropout VARIANTS files too;
     short_causal: the short_causal ones."""
-    built_variants = {"dropout": features, "short_causal": short_causal}
+    built_variants = {"dropout": features, "short_causal": short_causal, "wide": True}
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = []
