@@ -55,15 +55,25 @@ inline int decode_num_splits(int work_blocks, int num_sms, int slots, int n_bloc
 // per SM) where the head dim has one. It pays on long K/V ranges per thread block and loses where each
 // block streams few K/V blocks (its first 64 KB tile is the whole wait) or where the grid runs in several
 // waves of short blocks. work_blocks: batch x K/V heads x packed-row tiles; n_blocks: the wide tile's K/V
-// blocks of the cache's capacity (static shapes only, like the split count).
-// H100 SXM (twenty-second session, GQA 32/8 d = 128 bf16, contiguous, same run as cuDNN, us base / wide):
-//   1 x 4k 10.3 / 11.1 (2 blocks per thread block)   1 x 32k 50.9 / 48.3   8 x 4k 50.0 / 48.1
-//   8 x 32k 353.0 / 345.1   32 x 4k 176.5 / 175.5   32 x 32k 1382.9 / 1365.2   64 x 4k 350.2 / 347.1
-//   64 x 32k 2756.1 / 2712.9
+// blocks of the cache's capacity (static shapes only, like the split count). A paged call takes the tile
+// its contiguous twin takes (bit-identical outputs); paged caches gain less from the wide tile.
+// H100 SXM, twenty-second session, d = 128 bf16, one token, same runs (cuDNN in each), base / wide / the
+// first form of this rule (several waves from 32 blocks) / base again, results/history/h100_wide_*; wide
+// against the mean of the base runs, contiguous (paged 16):
+//   GQA 32/8:  1 x 1k / 2k / 4k 0.946 / 0.957 / 0.970 (each block streams 1-2 K/V blocks)
+//              1 x 8k 1.062 (0.991), 1 x 32k 1.033 (0.992); 8 x 1k 1.170 (0.969), 8 x 2k 1.014 (0.950),
+//              8 x 4k 1.025 (0.978), 8 x 32k 1.017; 16 x 1k 1.121 (1.101), 16 x 4k 1.046, 16 x 32k 1.004
+//              32 x 1k / 2k / 4k 0.977 / 0.990 / 0.997 (0.980), 32 x 8k / 32k 1.005 / 1.008
+//              64 x 1k / 2k / 4k 0.963 / 0.991 / 0.996 (0.978), 64 x 8k / 32k 1.002 / 1.013
+//   MHA 32/32: 1 x 1k 0.984, 1 x 2k 1.061, 1 x 4k 1.000 (0.936), 1 x 8k 1.023 (0.971), 1 x 32k 1.019;
+//              8 x 1k / 2k 0.966 / 0.993, 8 x 4k 1.007, 8 x 8k / 32k 1.013 / 1.018; 16 x 4k 0.999,
+//              16 x 32k 1.010; 32 x 4k / 8k 1.005 / 1.009; 64 x 4k / 8k 1.009 / 1.012
 // H200 (ninth session, ours / cuDNN base against wide): 8 x 1k 0.96 / 1.04, 1 x 1k 1.07 / 1.04,
 //   32 x 1k 1.02 / 0.93, 32 x 2k 0.99 / 0.96 (two waves of 8 or 16 blocks each), 32 x 4k 0.99 / 0.99.
+// So: at least 4 wide K/V blocks per thread block, and one wave, or several waves from 8k keys (64 blocks;
+// at 4k the several-wave shapes moved -0.4 .. +0.9 % contiguous and -2 % paged).
 constexpr int kWideMinBlocksPerSplit = 4;   // fewer per thread block: the base tile
-constexpr int kWideWavesMinBlocks = 32;     // several waves: only from 4k keys (32 wide blocks) up
+constexpr int kWideWavesMinBlocks = 64;     // several waves: only from 8k keys (64 wide blocks) up
 inline bool decode_pick_wide(int work_blocks, int num_sms, int n_blocks) {
   if (work_blocks <= 0 || num_sms <= 0 || n_blocks <= 0) { return false; }
   const int splits = decode_num_splits(work_blocks, num_sms, num_sms, n_blocks);
