@@ -70,14 +70,17 @@ inline int decode_num_splits(int work_blocks, int num_sms, int slots, int n_bloc
 //              16 x 32k 1.010; 32 x 4k / 8k 1.005 / 1.009; 64 x 4k / 8k 1.009 / 1.012
 // H200 (ninth session, ours / cuDNN base against wide): 8 x 1k 0.96 / 1.04, 1 x 1k 1.07 / 1.04,
 //   32 x 1k 1.02 / 0.93, 32 x 2k 0.99 / 0.96 (two waves of 8 or 16 blocks each), 32 x 4k 0.99 / 0.99.
-// So: at least 4 wide K/V blocks per thread block, and one wave, or several waves from 8k keys (64 blocks;
-// at 4k the several-wave shapes moved -0.4 .. +0.9 % contiguous and -2 % paged).
-constexpr int kWideMinBlocksPerSplit = 4;   // fewer per thread block: the base tile
-constexpr int kWideWavesMinBlocks = 64;     // several waves: only from 8k keys (64 wide blocks) up
+// So: at least 4 wide K/V blocks per thread block (16 when the keys are split: the split calls with fewer,
+// GQA 1 x 8k, 8 x 1k / 2k and MHA 1 x 2k / 4k, gained up to 17 % contiguous but lost up to 6 % paged, and
+// paged 16 fell to 0.88 of contiguous at 8 x 1k), and one wave, or several waves from 8k keys (64 blocks; at
+// 4k the several-wave shapes moved -0.4 .. +0.7 % contiguous and -2 % paged).
+constexpr int kWideMinBlocksPerSplit = 4;         // fewer per thread block: the base tile
+constexpr int kWideMinBlocksPerSplitSplit = 16;   // the same with more than one split
+constexpr int kWideWavesMinBlocks = 64;           // several waves: only from 8k keys (64 wide blocks) up
 inline bool decode_pick_wide(int work_blocks, int num_sms, int n_blocks) {
   if (work_blocks <= 0 || num_sms <= 0 || n_blocks <= 0) { return false; }
   const int splits = decode_num_splits(work_blocks, num_sms, num_sms, n_blocks);
-  if (n_blocks / splits < kWideMinBlocksPerSplit) { return false; }
+  if (n_blocks / splits < (splits > 1 ? kWideMinBlocksPerSplitSplit : kWideMinBlocksPerSplit)) { return false; }
   return int64_t(work_blocks) * splits <= num_sms || n_blocks >= kWideWavesMinBlocks;
 }
 
