@@ -3,7 +3,8 @@
 # builds d = 128 bf16 (sm_90: forward + KV cache), runs the KV-cache GPU tests, compute-sanitizer on the wide
 # kernel (FLASH_ATTN_CUDA_DECODE_WIDE=1), then bench_decode with the base tile forced, the wide tile forced,
 # the rule, and the base tile again, each with cuDNN in the run (GQA 32/8 and MHA 32/32, contiguous and paged 16).
-#   OUT=$OUT scripts/decode_wide_gpu.sh        (needs the nvidia-cutlass wheel in .whl/; about 5 minutes)
+#   OUT=$OUT scripts/decode_wide_gpu.sh        (needs the nvidia-cutlass wheel in .whl/; about 6 minutes)
+#   RUNS="rule:auto" SANITIZE=0: the tests and one bench run with the rule (about 2.5 minutes)
 set -uo pipefail
 . "$(dirname "$0")/gpu_stage_lib.sh"
 gpu_setup wide
@@ -12,10 +13,10 @@ export FLASH_ATTN_CUDA_ARCHS="90" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYP
 DEADLINE=${DEADLINE:-575}
 gpu_build 200
 TAILN=4 stage tests ${TESTS_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kvcache_gpu.py
-FLASH_ATTN_CUDA_DECODE_WIDE=1 TAILN=3 stage sanitize 150 bash scripts/sanitize.sh scripts/sanitize_kvcache.py
+[ "${SANITIZE:-1}" = 1 ] && FLASH_ATTN_CUDA_DECODE_WIDE=1 TAILN=3 stage sanitize 150 bash scripts/sanitize.sh scripts/sanitize_kvcache.py
 ARGS="--heads ${HEADS:-32:8,32:32} --batches ${BATCHES:-1,2,8,16,32,64} --seqlens ${SEQLENS:-1k,2k,4k,8k,32k}
   --impls flash_attn_cuda,sdpa_cudnn --layouts contiguous,paged16 --max-kv-gb 9"
-for run in base1:0 wide:1 rule:auto base2:0; do
+for run in ${RUNS:-base1:0 wide:1 rule:auto base2:0}; do
   tag=${run%%:*} mode=${run#*:}
   if [ "$mode" = auto ]; then unset FLASH_ATTN_CUDA_DECODE_WIDE; else export FLASH_ATTN_CUDA_DECODE_WIDE=$mode; fi
   TAILN=0 stage "bench_$tag" ${BENCH_TIMEOUT:-100} python3 -m flash_attn_cuda.bench_decode $ARGS \
@@ -25,7 +26,8 @@ unset FLASH_ATTN_CUDA_DECODE_WIDE
 python3 - "$OUT/res" <<'PY'
 # ours us per shape and layout, the four runs side by side, and ours / cuDNN of each run
 import csv, glob, sys, collections
-runs = ["base1", "wide", "rule", "base2"]
+import os
+runs = [r.split(":")[0] for r in os.environ.get("RUNS", "base1:0 wide:1 rule:auto base2:0").split()]
 rows = collections.OrderedDict()
 for r in runs:
     for f in glob.glob(f"{sys.argv[1]}/h200_wide_{r}_decode.csv"):
