@@ -34,7 +34,7 @@ using namespace cute;
 // 128 keys x 8 warps (16 keys per warp, one block per SM): 2 stages 0.97-1.01, 3 stages 0.97-1.02 at
 // batch 1 / 8 / 32 x 4k / 32k, 1 x 4k 1.02 (this tile 1.20). No tile wins every shape: the wide one
 // (128 keys x 4 warps, 2 stages) is now a second kernel at d = 128, picked per call (kWide below,
-// decode_dispatch.cu decode_pick_wide). H100 SXM, twenty-second session, same run as cuDNN, us this
+// heuristics.h decode_pick_wide). H100 SXM, twenty-second session, same run as cuDNN, us this
 // tile / 64 keys x 2 warps (3 stages) / 32 keys x 2 warps (6 stages) / wide, contiguous (paged 16 the
 // wide one: 1.2-1.8 % slower than this tile at batch >= 8; results/history/h100_dtile3_*):
 //   1 x 4k 10.3 / 11.3 / 12.7 / 11.1      1 x 32k 50.9 / 50.6 / 50.8 / 48.3     8 x 4k 50.0 / 50.0 / 49.9 / 48.1
@@ -57,7 +57,7 @@ using namespace cute;
 // The wide tile, a second kernel where decode_has_wide(d): 128 keys x 4 warps (32 keys per warp), 2
 // stages of 64 KB (d = 128), 134 KB of shared memory: one thread block per SM. Faster on long K/V
 // ranges per thread block, slower where each block streams few K/V blocks or the grid runs in several
-// waves of short ones (decode_dispatch.cu decode_pick_wide has the rule and its measurements).
+// waves of short ones (heuristics.h decode_pick_wide has the rule and its measurements).
 constexpr bool decode_has_wide(int headdim) { return headdim == 128; }
 
 template <int kHeadDim_, typename Element_, bool kWide_ = false>

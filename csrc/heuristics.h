@@ -73,7 +73,7 @@ inline int decode_num_splits(int work_blocks, int num_sms, int slots, int n_bloc
 // So: at least 4 wide K/V blocks per thread block (16 when the keys are split: the split calls with fewer,
 // GQA 1 x 8k, 8 x 1k / 2k and MHA 1 x 2k / 4k, gained up to 17 % contiguous but lost up to 6 % paged, and
 // paged 16 fell to 0.88 of contiguous at 8 x 1k), and one wave, or several waves from 8k keys (64 blocks; at
-// 4k the several-wave shapes moved -0.4 .. +0.7 % contiguous and -2 % paged).
+// 4k the several-wave shapes moved -0.4 .. +0.9 % contiguous and -1 .. -2 % paged).
 constexpr int kWideMinBlocksPerSplit = 4;         // fewer per thread block: the base tile
 constexpr int kWideMinBlocksPerSplitSplit = 16;   // the same with more than one split
 constexpr int kWideWavesMinBlocks = 64;           // several waves: only from 8k keys (64 wide blocks) up

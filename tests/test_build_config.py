@@ -310,6 +310,21 @@ def test_generator_sm90_rows(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["fwd_hdim96_bf16.cu"]
 
 
+def test_generator_decode_wide_units(tmp_path):
+    """The decode kernel's wide tile (csrc/decode_traits.h decode_has_wide: d = 128) gets a unit per dtype
+    whenever the decode direction builds d = 128: the dispatch references it unconditionally."""
+    wide_hdims = gen_instantiations.VARIANTS[("sm80", "decode")]["wide"][1]
+    traits = (pathlib.Path(__file__).resolve().parent.parent / "csrc" / "decode_traits.h").read_text()
+    assert "constexpr bool decode_has_wide(int headdim) { return headdim == 128; }" in traits and wide_hdims == (128,)
+    gen_instantiations.generate(tmp_path, (64, 128), ("bf16", "fp16"), ("fwd", "decode"), ("sm80",), features=False)
+    assert sorted(p.name for p in tmp_path.glob("decode_*wide*")) == ["decode_hdim128_bf16_wide.cu",
+                                                                     "decode_hdim128_fp16_wide.cu"]
+    text = (tmp_path / "decode_hdim128_bf16_wide.cu").read_text()
+    assert "flash::run_decode_<cutlass::bfloat16_t, 128, true>(const flash::KvCacheParams&, cudaStream_t);" in text
+    gen_instantiations.generate(tmp_path, (64, 256), ("bf16",), ("fwd", "decode"), ("sm80",), features=False)
+    assert not list(tmp_path.glob("decode_*wide*"))  # no d = 128: no wide unit (stale ones removed)
+
+
 def test_generator_command_line_follows_the_arch_flag(tmp_path):
     root = pathlib.Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTN_CUDA_")}
