@@ -58,10 +58,15 @@ static int decode_wide_override() {
   return -1;
 }
 
-// Packed-row tiles x batch x K/V heads: the thread blocks of one split (the same for both tiles: 16 rows).
-static int64_t decode_work_blocks(const KvCacheParams& p, const DecodeTileInfo& tile) {
+// Packed-row tiles x batch x K/V heads: the thread blocks of one split (the same for both tiles: 16 rows),
+// clamped to an int for the heuristics.
+static int decode_work_blocks(const KvCacheParams& p, const DecodeTileInfo& tile) {
   const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
-  return int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m);
+  return int(std::min<int64_t>(int64_t(p.batch) * p.nheads_k * ((rows + tile.block_m - 1) / tile.block_m), 1 << 30));
+}
+// The tile's K/V blocks of the cache's capacity.
+static int decode_kv_blocks(const KvCacheParams& p, const DecodeTileInfo& tile) {
+  return (p.seqlen_k + tile.block_n - 1) / tile.block_n;
 }
 
 // The tile of a call, from static shapes and the device only (the split count and the launch agree).
@@ -72,17 +77,14 @@ static bool decode_use_wide(const KvCacheParams& p, int num_sms, int smem_per_sm
   if (wide.block_m < 0 || smem_per_sm < wide.smem_bytes + 1024) { return false; }
   const int force = decode_wide_override();
   if (force >= 0) { return force == 1; }
-  const int n_blocks = (p.seqlen_k + wide.block_n - 1) / wide.block_n;
-  return decode_pick_wide(int(std::min<int64_t>(decode_work_blocks(p, wide), 1 << 30)), num_sms, n_blocks);
+  return decode_pick_wide(decode_work_blocks(p, wide), num_sms, decode_kv_blocks(p, wide));
 }
 
 int kvcache_num_splits(const KvCacheParams& p, int num_sms, int smem_per_sm) {
   const DecodeTileInfo tile = decode_tile(p.headdim_rounded, decode_use_wide(p, num_sms, smem_per_sm));
   if (tile.block_m < 0) { return 1; }
-  const int64_t work = decode_work_blocks(p, tile);
-  const int n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
-  return decode_num_splits(int(std::min<int64_t>(work, 1 << 30)), num_sms,
-                           num_sms * decode_blocks_per_sm(tile, smem_per_sm), n_blocks);
+  return decode_num_splits(decode_work_blocks(p, tile), num_sms, num_sms * decode_blocks_per_sm(tile, smem_per_sm),
+                           decode_kv_blocks(p, tile));
 }
 
 template <typename Element>

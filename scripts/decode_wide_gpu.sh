@@ -16,7 +16,8 @@ TAILN=4 stage tests ${TESTS_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovid
 [ "${SANITIZE:-1}" = 1 ] && FLASH_ATTN_CUDA_DECODE_WIDE=1 TAILN=3 stage sanitize 150 bash scripts/sanitize.sh scripts/sanitize_kvcache.py
 ARGS="--heads ${HEADS:-32:8,32:32} --batches ${BATCHES:-1,2,8,16,32,64} --seqlens ${SEQLENS:-1k,2k,4k,8k,32k}
   --impls flash_attn_cuda,sdpa_cudnn --layouts contiguous,paged16 --max-kv-gb 9"
-for run in ${RUNS:-base1:0 wide:1 rule:auto base2:0}; do
+export RUNS=${RUNS:-"base1:0 wide:1 rule:auto base2:0"}  # tag:mode (0 base, 1 wide, auto the rule)
+for run in $RUNS; do
   tag=${run%%:*} mode=${run#*:}
   if [ "$mode" = auto ]; then unset FLASH_ATTN_CUDA_DECODE_WIDE; else export FLASH_ATTN_CUDA_DECODE_WIDE=$mode; fi
   TAILN=0 stage "bench_$tag" ${BENCH_TIMEOUT:-100} python3 -m flash_attn_cuda.bench_decode $ARGS \
@@ -24,10 +25,10 @@ for run in ${RUNS:-base1:0 wide:1 rule:auto base2:0}; do
 done
 unset FLASH_ATTN_CUDA_DECODE_WIDE
 python3 - "$OUT/res" <<'PY'
-# ours us per shape and layout, the four runs side by side, and ours / cuDNN of each run
+# ours us per shape and layout, the runs side by side, and ours / cuDNN of each run
 import csv, glob, sys, collections
 import os
-runs = [r.split(":")[0] for r in os.environ.get("RUNS", "base1:0 wide:1 rule:auto base2:0").split()]
+runs = [r.split(":")[0] for r in os.environ["RUNS"].split()]
 rows = collections.OrderedDict()
 for r in runs:
     for f in glob.glob(f"{sys.argv[1]}/h200_wide_{r}_decode.csv"):
