@@ -242,9 +242,13 @@ WIDE_RAGGED = [0, 1, 17, 4095, 6144, 129]
 WIDE_FITS = torch.cuda.is_available() and torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor >= 137792
 
 
-@pytest.mark.skipif(128 not in HDIMS, reason="the wide decode tile exists at d = 128 only; not in this build")
-@pytest.mark.parametrize("tile", ["0", pytest.param("1", marks=pytest.mark.skipif(
+# FLASH_ATTN_CUDA_DECODE_WIDE values: the base tile, the wide tile (where it fits).
+TILES = pytest.mark.parametrize("tile", ["0", pytest.param("1", marks=pytest.mark.skipif(
     not WIDE_FITS, reason="the wide decode tile does not fit this GPU's shared memory"))], ids=["base", "wide"])
+
+
+@pytest.mark.skipif(128 not in HDIMS, reason="the wide decode tile exists at d = 128 only; not in this build")
+@TILES
 @pytest.mark.parametrize("nheads,nheads_k,seqlen_q,causal", [(8, 2, 1, False), (8, 2, 4, True), (16, 1, 1, False)],
                          ids=["gqa4", "gqa4-q4-causal", "mqa"])
 def test_decode_tiles_match_reference_and_paged_equals_contiguous(monkeypatch, tile, nheads, nheads_k, seqlen_q,
@@ -263,6 +267,44 @@ def test_decode_tiles_match_reference_and_paged_equals_contiguous(monkeypatch, t
                                                   causal=causal, num_splits=num_splits, return_softmax_lse=True)
             assert torch.equal(out, p_out) and torch.equal(lse, p_lse), \
                 f"tile {tile}: paged{page} != contiguous at num_splits={num_splits}"
+
+
+@pytest.mark.skipif(128 not in HDIMS, reason="the wide decode tile exists at d = 128 only; not in this build")
+@TILES
+@pytest.mark.parametrize("option", ["window", "softcap", "alibi", "leftpad", "batch_idx", "rotary_append",
+                                    "paged_rotary_append"])
+def test_decode_tiles_with_options(monkeypatch, tile, option):
+    """Both d = 128 tiles with each option of the kernel (the masks, score mods and index paths read per
+    K/V block: a window that skips whole 128-key blocks and cuts through others, softcap, ALiBi on
+    packed GQA rows, leftpad, cache_batch_idx, rotary with an in-place append, contiguous and paged 16),
+    unsplit, split 3 ways and by the heuristic, against the reference."""
+    monkeypatch.setenv("FLASH_ATTN_CUDA_DECODE_WIDE", tile)
+    batch, capacity, nheads, nheads_k, hdim, seqlen_q = 4, 2048, 8, 2, 128, 2
+    torch.manual_seed(17)
+    paged = option.startswith("paged")
+    k_cache, v_cache, block_table = _cache(batch + 2, capacity, nheads_k, hdim, 16 if paged else None, seed=17)
+    if paged:
+        block_table = block_table[:batch]
+    q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=DTYPE)
+    lengths = torch.tensor([5, 700, capacity - seqlen_q, 130], dtype=torch.int32, device="cuda")
+    kw = dict(cache_seqlens=lengths, causal=True, block_table=block_table)
+    if option == "window":
+        kw["window_size"] = (300, 0)
+    elif option == "softcap":
+        kw["softcap"] = 5.0
+    elif option == "alibi":
+        kw["alibi_slopes"] = torch.rand(batch, nheads, device="cuda")
+    elif option == "leftpad":
+        kw["cache_leftpad"] = torch.tensor([0, 300, 1999, 2], dtype=torch.int32, device="cuda")
+    elif option == "batch_idx":
+        kw["cache_batch_idx"] = torch.tensor([5, 0, 3, 1], dtype=torch.int32, device="cuda")
+    else:  # rotary (GPT-NeoX halves) on q and the appended keys
+        angles = torch.rand(capacity, hdim // 4, device="cuda") * 6.3
+        kw.update(k=torch.randn(batch, seqlen_q, nheads_k, hdim, device="cuda", dtype=DTYPE),
+                  v=torch.randn(batch, seqlen_q, nheads_k, hdim, device="cuda", dtype=DTYPE),
+                  rotary_cos=angles.cos().to(DTYPE), rotary_sin=angles.sin().to(DTYPE), rotary_interleaved=False)
+    for num_splits in (1, 3, 0):
+        _check(q, k_cache.clone(), v_cache.clone(), num_splits=num_splits, **kw)
 
 
 @pytest.mark.skipif(128 not in HDIMS, reason="the wide decode tile exists at d = 128 only; not in this build")
