@@ -154,3 +154,12 @@ def test_torch_build_gives_sm90_units_their_flags(tmp_path, ninja):
             assert all(g in args for g in GENCODE) and not any("90a" in a or "EXTENDED_MMA" in a for a in args)
     if ninja:
         assert build() == {}  # incremental: nothing changed, nothing recompiled
+
+
+def test_ninja_log_units_reads_the_last_entry_of_each_object():
+    log = ("# ninja log v5\n"
+           "0\t61000\t0\tcsrc/instantiations/bwd_hdim64_bf16.o\tabc\n"
+           "120\t30500\t0\t/b/fwd_hdim64_bf16.o\tdef\n"
+           "500\t900\t0\t/b/fwd_hdim64_bf16.o\tdef\n")
+    assert family_build.ninja_log_units(log) == [("bwd_hdim64_bf16.o", 0.0, 61.0), ("fwd_hdim64_bf16.o", 0.5, 0.9)]
+    assert family_build.ninja_log_units("# ninja log v5\n") == []

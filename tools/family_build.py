@@ -62,6 +62,40 @@ def patch_ninja(text: str, gencode: list[str]) -> str:
     return "\n".join(rest[:first_edge] + sm90_edges + rest[first_edge:]) + "\n"
 
 
+def ninja_log_units(text: str) -> list[tuple[str, float, float]]:
+    """(object file name, start s, end s) of each edge of the last build recorded in a .ninja_log
+    (v5+: start_ms, end_ms, mtime, output, hash per line; a rebuilt edge appears again, the last line
+    counts), in start order."""
+    units = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if line.startswith("#") or len(fields) < 4:
+            continue
+        units[fields[3]] = (int(fields[0]) / 1000, int(fields[1]) / 1000)
+    return sorted(((os.path.basename(o), s, e) for o, (s, e) in units.items()), key=lambda u: (u[1], u[0]))
+
+
+def ninja_log_size(build_temp: str) -> int:
+    try:
+        return os.path.getsize(os.path.join(build_temp, ".ninja_log"))
+    except OSError:
+        return 0
+
+
+def report_unit_times(build_temp: str, since: int) -> None:
+    """Prints when each object this build compiled started and finished (s), from the lines ninja
+    appended to build_temp's .ninja_log after byte `since`: build time is a product feature, and pip's
+    editable build deletes the log."""
+    try:
+        with open(os.path.join(build_temp, ".ninja_log"), "rb") as f:
+            f.seek(since)
+            units = ninja_log_units(f.read().decode(errors="replace"))
+    except OSError:
+        return
+    for name, start, end in units:
+        print(f"flash_attn_cuda build: unit {name} {start:.1f}-{end:.1f} s ({end - start:.1f} s)", flush=True)
+
+
 @contextlib.contextmanager
 def _patched(module, name, replacement):
     original = getattr(module, name)
@@ -88,6 +122,14 @@ def build_ext_class(base, gencode: list[str]):
 
     class FamilyBuildExtension(base):
         def build_extension(self, ext):
+            log_size = ninja_log_size(self.build_temp)
+            try:
+                return self._build_extension(ext)
+            finally:
+                if self.use_ninja:
+                    report_unit_times(self.build_temp, log_size)
+
+        def _build_extension(self, ext):
             if not any(gen_instantiations.source_family(s) == "sm90" for s in ext.sources):
                 return super().build_extension(ext)
             if self.use_ninja:
