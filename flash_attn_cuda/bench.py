@@ -70,10 +70,10 @@ PERSISTENT_IMPLS = {"flash_attn_cuda_sm90_persistent": "sms",  # impl -> FLASH_A
                     "flash_attn_cuda_sm90_one_tile": "0"}
 # flash_attn_cuda_deterministic: ours (default family) with deterministic=True (bit-identical gradients).
 OPT_IN_IMPLS = ("flash_attn_cuda_deterministic",)
-# fa3_ref: FlashAttention-3's sm90 forward (Dao-AILab/flash-attention hopper/, bf16, d 64/128/256) from the
-# library scripts/fa3_ref/build.sh makes, named by $FLASH_ATTN_CUDA_BENCH_FA3_LIB; a reference competitor in
-# our layout, forward only (its bwd rows carry an error), checked once per (head dim, causal) against the
-# float32 reference before its first timed call.
+# fa3_ref: FlashAttention-3's sm90 forward and backward (Dao-AILab/flash-attention hopper/, bf16, d 64/128/256)
+# from the library scripts/fa3_ref/build.sh makes, named by $FLASH_ATTN_CUDA_BENCH_FA3_LIB; a reference
+# competitor in our layout (a library built with BWD=0 is forward only: its bwd rows carry an error), checked
+# once per (head dim, causal, direction) against the float32 reference before its first timed call.
 EXTERNAL_IMPLS = ("fa3_ref",)
 FA3_LIB_ENV = "FLASH_ATTN_CUDA_BENCH_FA3_LIB"
 DEFAULT_IMPLS = tuple(i for i in IMPLS if i not in SMEM_IMPLS and i not in PERSISTENT_IMPLS and i not in OPT_IN_IMPLS
@@ -201,34 +201,45 @@ def _fa3_module():
     return _FA3["module"]
 
 
-def _fa3_check(module, hdim: int, causal: bool) -> None:
-    """FA3's output against the float32 reference on small shapes (ragged, seqlen_q != seqlen_k, GQA):
-    max abs error <= CHECK_EPS * eps(bf16) * max |reference| (bench_decode's gate), else RuntimeError."""
+def _fa3_check(module, hdim: int, causal: bool, grads: bool) -> None:
+    """FA3's output (and with grads, its dq / dk / dv for a random dout) against the float32 reference on
+    small shapes (ragged, seqlen_q != seqlen_k, GQA): max abs error <= CHECK_EPS * eps(bf16) * max
+    |reference| (bench_decode's gate), else RuntimeError."""
     from .bench_decode import CHECK_EPS  # bench_decode imports this module: here, not at the top
     from .reference import attention_ref
     gen = torch.Generator(device="cuda").manual_seed(hdim + causal)
     for b, sq, sk, h, hk in ((2, 300, 300, 4, 4), (1, 200, 457, 4, 2), (1, 1, 129, 2, 2)):
         q, k, v = (torch.randn((b, s, n, hdim), device="cuda", dtype=torch.bfloat16, generator=gen)
                    for s, n in ((sq, h), (sk, hk), (sk, hk)))
-        ref = attention_ref(q, k, v, causal)[0]
-        err = (module.forward(q, k, v, causal).float() - ref).abs().max().item()
-        if not err <= CHECK_EPS * torch.finfo(torch.bfloat16).eps * ref.abs().max().item():
-            raise RuntimeError(f"fa3_ref: max abs error {err:.3g} vs the float32 reference "
-                               f"(hdim {hdim}, causal {causal}, b {b}, sq {sq}, sk {sk}, h {h}/{hk})")
+        checks = [("out", module.forward(q, k, v, causal), attention_ref(q, k, v, causal)[0])]
+        if grads:
+            dout = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+            qkv = [t.detach().requires_grad_() for t in (q, k, v)]
+            ref_qkv = [t.detach().float().requires_grad_() for t in (q, k, v)]
+            got = torch.autograd.grad(module.attention(*qkv, causal), qkv, dout)
+            ref = torch.autograd.grad(attention_ref(*ref_qkv, causal)[0], ref_qkv, dout.float())
+            checks += list(zip(("dq", "dk", "dv"), got, ref))
+        for name, value, ref in checks:
+            err = (value.float() - ref).abs().max().item()
+            if not err <= CHECK_EPS * torch.finfo(torch.bfloat16).eps * ref.abs().max().item():
+                raise RuntimeError(f"fa3_ref: {name} max abs error {err:.3g} vs the float32 reference "
+                                   f"(hdim {hdim}, causal {causal}, b {b}, sq {sq}, sk {sk}, h {h}/{hk})")
 
 
 def fa3_ref_fn(causal: bool) -> Callable[..., torch.Tensor]:
-    """FA3's forward (fa3_ref) on (batch, seqlen, nheads, d) q, k, v; no dropout."""
+    """FA3 (fa3_ref) on (batch, seqlen, nheads, d) q, k, v: its forward, differentiable through its
+    backward when an input requires grad; no dropout."""
     module = _fa3_module()
     checked = _FA3["checked"]
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if DROPOUT_P:
             raise NotImplementedError("fa3_ref has no dropout")
-        if (q.shape[-1], causal) not in checked:
-            _fa3_check(module, q.shape[-1], causal)
-            checked.add((q.shape[-1], causal))
-        return module.forward(q, k, v, causal)
+        grads = q.requires_grad or k.requires_grad or v.requires_grad
+        if (q.shape[-1], causal, grads) not in checked:
+            _fa3_check(module, q.shape[-1], causal, grads)
+            checked.add((q.shape[-1], causal, grads))
+        return module.attention(q, k, v, causal) if grads else module.forward(q, k, v, causal)
     return run
 
 
@@ -301,8 +312,8 @@ def make_bwd(impl: str, inputs: List[tuple], causal: bool,
 
 def _check_backward(impl: str) -> None:
     """Raise (as a backend would) when impl has no backward in this build."""
-    if impl in EXTERNAL_IMPLS:
-        raise NotImplementedError(f"{impl} is forward only")
+    if impl == "fa3_ref" and not hasattr(_fa3_module()._lib, "fa3ref_bwd"):
+        raise NotImplementedError(f"{impl}: this library is forward only (scripts/fa3_ref/build.sh BWD=0)")
     if is_ours(impl):
         from flash_attn_cuda._ops import HAS_BACKWARD, require_extension
         require_extension()

@@ -2,6 +2,8 @@
 plots from CSV, output file names, the backward's timed callables (on the CPU) and the memory report."""
 import os
 
+import types
+
 import pytest
 import torch
 
@@ -310,10 +312,10 @@ def test_measure_grid_abba_averages(monkeypatch):
     assert rows["sdpa_flash"]["error"] == "boom"
 
 
-def test_fa3_ref_is_opt_in_forward_only_and_needs_its_library(monkeypatch, tmp_path):
-    """fa3_ref (FA3's forward from scripts/fa3_ref's library): accepted by name, not a default, refused
-    without $FLASH_ATTN_CUDA_BENCH_FA3_LIB, our layout, and its backward raises a RuntimeError (the grid
-    then records the row's error instead of crashing)."""
+def test_fa3_ref_is_opt_in_and_needs_its_library(monkeypatch, tmp_path):
+    """fa3_ref (FA3 from scripts/fa3_ref's library): accepted by name, not a default, refused without
+    $FLASH_ATTN_CUDA_BENCH_FA3_LIB, our layout, and with a forward-only library (BWD=0) its backward raises
+    a RuntimeError (the grid then records the row's error instead of crashing)."""
     assert "fa3_ref" in bench.IMPLS and "fa3_ref" not in bench.DEFAULT_IMPLS and not bench.is_ours("fa3_ref")
     assert "fa3_ref" not in bench.parse_args([]).impls
     monkeypatch.delenv(bench.FA3_LIB_ENV, raising=False)
@@ -328,6 +330,7 @@ def test_fa3_ref_is_opt_in_forward_only_and_needs_its_library(monkeypatch, tmp_p
     assert bench.parse_args(["--impls", "sdpa_cudnn,fa3_ref"]).impls == ["sdpa_cudnn", "fa3_ref"]
     inputs = [tuple(torch.ones(1, 2, 3, 4) for _ in range(3))]
     assert bench.to_native("fa3_ref", inputs) is inputs
+    monkeypatch.setattr(bench, "_FA3", {"module": types.SimpleNamespace(_lib=object()), "checked": set()})
     with pytest.raises(RuntimeError, match="forward only"):
         bench.measure_bwd(bench.point_row("bwd", "fa3_ref", torch.bfloat16, 4, 2, False, 1, 3), "fa3_ref",
                           inputs, False)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds FlashAttention-3's sm90 forward (bf16, d = 64 / 128 / 256, dv = d; non-split, non-paged,
-# no softcap / PackGQA / varlen / local) and our ctypes entry point (fa3_ref.cu) into one torch-free
-# shared library with the CUDA runtime linked statically (needs only libcuda.so at run time).
+# Builds FlashAttention-3's sm90 forward and backward (bf16, d = 64 / 128 / 256, dv = d; non-split,
+# non-paged, no softcap / PackGQA / varlen / local) and our ctypes entry points (fa3_ref.cu) into one
+# torch-free shared library with the CUDA runtime linked statically (needs only libcuda.so at run time).
 #   scripts/fa3_ref/build.sh FA3_HOPPER_DIR CUTLASS_INCLUDE OUT.so
 # FA3_HOPPER_DIR: a checkout's hopper/ directory (not part of this repository); CUTLASS_INCLUDE: the
-# CUTLASS include dir (the 4.2 wheel's, or FA3's csrc/cutlass/include). One nvcc at a time (~80 s and
-# ~4.5 GB each). ptxas -v output goes to OUT.so.ptxas.log. Env: NVCC (default $CUDA_HOME/bin/nvcc).
+# CUTLASS include dir (the 4.2 wheel's, or FA3's csrc/cutlass/include). JOBS nvccs at a time (default 1;
+# a forward unit ~80 s and ~4.5 GB, a backward unit (causal x GQA x deterministic: 8 kernels) longer).
+# ptxas -v output goes to OUT.so.ptxas.log. Env: NVCC (default $CUDA_HOME/bin/nvcc), JOBS, BWD=0 (forward only).
 set -euo pipefail
 if [ $# -ne 3 ]; then echo "usage: $0 FA3_HOPPER_DIR CUTLASS_INCLUDE OUT.so" >&2; exit 2; fi
 FA3=$(cd "$1" && pwd); CUTLASS=$(cd "$2" && pwd); OUT=$3
@@ -22,7 +23,7 @@ LOG=$OUT.ptxas.log; : > "$LOG"
 # feature switches it would pass for a build of only what we use.
 FLAGS=(-O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --expt-relaxed-constexpr
   -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTLASS_DEBUG_TRACE_LEVEL=0 -DNDEBUG
-  -DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_SPLIT -DFLASHATTENTION_DISABLE_PAGEDKV
+  -DFLASHATTENTION_DISABLE_SPLIT -DFLASHATTENTION_DISABLE_PAGEDKV
   -DFLASHATTENTION_DISABLE_APPENDKV -DFLASHATTENTION_DISABLE_LOCAL -DFLASHATTENTION_DISABLE_SOFTCAP
   -DFLASHATTENTION_DISABLE_PACKGQA -DFLASHATTENTION_DISABLE_FP16 -DFLASHATTENTION_DISABLE_FP8
   -DFLASHATTENTION_DISABLE_VARLEN -DFLASHATTENTION_DISABLE_HDIM96 -DFLASHATTENTION_DISABLE_HDIM192
@@ -30,14 +31,26 @@ FLAGS=(-O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --expt-relax
   -gencode arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Xcompiler -fvisibility=hidden
   -I"$FA3" -I"$CUTLASS")
 
-OBJS=()
-for unit in 64 128 256 host; do
-  def=(); [ "$unit" = host ] || def=(-DFA3REF_HDIM=$unit)
-  echo "== nvcc fa3_ref.cu ($unit)" | tee -a "$LOG"
+UNITS=(64 128 256 host); [ "${BWD:-1}" = 1 ] && UNITS+=(bwd64 bwd128 bwd256)
+compile_unit() {  # unit -> $TMP/fa3_<unit>.o, its ptxas log in $TMP/fa3_<unit>.log
+  local unit=$1 def=() t0
+  case $unit in host) ;; bwd*) def=(-DFA3REF_BWD_HDIM=${unit#bwd}) ;; *) def=(-DFA3REF_HDIM=$unit) ;; esac
   t0=$(date +%s)
-  "$NVCC" "${FLAGS[@]}" "${def[@]}" -Xptxas -v -c "$HERE/fa3_ref.cu" -o "$TMP/fa3_$unit.o" 2>&1 | tee -a "$LOG" | grep -E "error|warning.*spill|bytes spill" || true
+  "$NVCC" "${FLAGS[@]}" "${def[@]}" -Xptxas -v -c "$HERE/fa3_ref.cu" -o "$TMP/fa3_$unit.o" > "$TMP/fa3_$unit.log" 2>&1
+  echo "   $unit: $(( $(date +%s) - t0 )) s" >> "$TMP/fa3_$unit.log"
+}
+running=0
+for unit in "${UNITS[@]}"; do
+  compile_unit "$unit" &
+  running=$((running + 1))
+  if [ "$running" -ge "${JOBS:-1}" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+OBJS=()
+for unit in "${UNITS[@]}"; do
+  echo "== nvcc fa3_ref.cu ($unit)" | tee -a "$LOG"
+  tee -a "$LOG" < "$TMP/fa3_$unit.log" | grep -E "error|[1-9][0-9]* bytes spill| s$" || true
   [ -f "$TMP/fa3_$unit.o" ] || { echo "nvcc failed for $unit, see $LOG" >&2; exit 1; }
-  echo "   $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
   OBJS+=("$TMP/fa3_$unit.o")
 done
 echo '{ global: fa3ref_*; local: *; };' > "$TMP/exports.map"
