@@ -63,8 +63,10 @@ def test_patch_of_torchs_ninja_file(tmp_path):
     patched = family_build.patch_ninja(text, GENCODE)
     flags = edges(patched)
     assert set(flags) == {pathlib.Path(s).name for s in sources}
-    # the sm90 edges (the longest units) come first; the file keeps every other line
-    assert [name.startswith("sm90_") for name in flags] == [True, True, False, False]
+    # the edges in longest-first order (family_build.UNIT_SECONDS; name order among equals); the file keeps
+    # every other line
+    assert list(flags) == ["sm90_fwd_hdim128_bf16.cu", "fwd_hdim128_bf16.cu", "sm90_fwd_hdim64_fp16.cu",
+                           "fwd_dispatch.cu"]
     assert sorted(line for line in patched.splitlines() if not line.startswith("  cuda_post_cflags")) == \
         sorted(text.splitlines())
     for name, line in flags.items():
@@ -74,9 +76,15 @@ def test_patch_of_torchs_ninja_file(tmp_path):
         else:
             assert "90a" not in line and "EXTENDED_MMA" not in line and all(g in line for g in GENCODE)
         assert "-O3" in line and "-DFLASH_ATTN_CUDA_BACKWARD" in line  # the rest of the flags unchanged
-    # nothing to do without sm90 units; a file not written by torch is refused, not half-patched
-    plain = write_torch_ninja(tmp_path / "plain.ninja", sources[:1], ["-O3", *GENCODE])
-    assert family_build.patch_ninja(plain, GENCODE) == plain
+    # without sm90 units only the order changes (any gencode); a file not written by torch is refused, not
+    # half-patched
+    plain = write_torch_ninja(tmp_path / "plain.ninja", [str(tmp_path / n) for n in ("fwd_dispatch.cu", "bwd_hdim64_bf16.cu")],
+                              ["-O3", *GENCODE])
+    reordered = family_build.patch_ninja(plain, build_config.nvcc_gencode_flags((86,)))
+    assert list(edges(reordered)) == ["bwd_hdim64_bf16.cu", "fwd_dispatch.cu"]
+    assert sorted(reordered.splitlines()) == sorted(plain.splitlines())
+    one = write_torch_ninja(tmp_path / "one.ninja", sources[:1], ["-O3", *GENCODE])
+    assert family_build.patch_ninja(one, GENCODE) == one
     with pytest.raises(RuntimeError, match="cannot give the sm90 units their flags"):
         family_build.patch_ninja(text, build_config.nvcc_gencode_flags((86,)))
 
@@ -163,3 +171,11 @@ def test_ninja_log_units_reads_the_last_entry_of_each_object():
            "500\t900\t0\t/b/fwd_hdim64_bf16.o\tdef\n")
     assert family_build.ninja_log_units(log) == [("bwd_hdim64_bf16.o", 0.0, 61.0), ("fwd_hdim64_bf16.o", 0.5, 0.9)]
     assert family_build.ninja_log_units("# ninja log v5\n") == []
+
+
+def test_compile_seconds_of_each_unit_kind():
+    expected = {"bwd_hdim128_bf16.cu": 68, "bwd_hdim32_fp16.cu": 68, "bwd_hdim256_fp16_smem99.cu": 58,
+                "sm90_bwd_hdim64_bf16.cu": 58, "sm90_fwd_hdim128_bf16_dropout.cu": 45, "fwd_hdim64_bf16.cu": 45,
+                "decode_hdim128_bf16_wide.cu": 25, "binding.cpp": 20, "csrc/fwd_dispatch.cu": 17,
+                "kvcache_bf16.cu": 8, "dropout_mask.cu": 10}
+    assert {n: family_build.compile_seconds(n) for n in expected} == expected
