@@ -161,6 +161,23 @@ def test_rotary_query_positions_without_causal(causal):
            rotary_sin=angles.sin().to(DTYPE), rotary_interleaved=False, causal=causal)
 
 
+def _option_kwargs(option, nheads, window, leftpad):
+    """attention_with_kvcache's keyword arguments for one option of a batch of 4 (cache rows 0-5): a left
+    window of `window` keys, softcap 5, ALiBi slopes, cache_leftpad `leftpad`, or cache_batch_idx; {} for
+    any other option."""
+    if option == "window":
+        return dict(window_size=(window, 0))
+    if option == "softcap":
+        return dict(softcap=5.0)
+    if option == "alibi":
+        return dict(alibi_slopes=torch.rand(4, nheads, device="cuda"))
+    if option == "leftpad":
+        return dict(cache_leftpad=torch.tensor(leftpad, dtype=torch.int32, device="cuda"))
+    if option == "batch_idx":
+        return dict(cache_batch_idx=torch.tensor([5, 0, 3, 1], dtype=torch.int32, device="cuda"))
+    return {}
+
+
 @pytest.mark.parametrize("option", ["window", "softcap", "alibi", "leftpad", "batch_idx"])
 def test_options(option):
     batch, capacity, nheads, nheads_k, hdim = 4, 1024, 8, 2, SWEEP_HDIMS[-1]
@@ -168,18 +185,8 @@ def test_options(option):
     k_cache, v_cache, _ = _cache(batch + 2, capacity, nheads_k, hdim, seed=11)
     q = torch.randn(batch, 2, nheads, hdim, device="cuda", dtype=DTYPE)
     lengths = torch.tensor([5, 700, 1000, 130], dtype=torch.int32, device="cuda")
-    kw = dict(cache_seqlens=lengths, causal=True)
-    if option == "window":
-        kw["window_size"] = (100, 0)
-    elif option == "softcap":
-        kw["softcap"] = 5.0
-    elif option == "alibi":
-        kw["alibi_slopes"] = torch.rand(batch, nheads, device="cuda")
-    elif option == "leftpad":
-        kw["cache_leftpad"] = torch.tensor([0, 300, 999, 2], dtype=torch.int32, device="cuda")
-    else:
-        kw["cache_batch_idx"] = torch.tensor([5, 0, 3, 1], dtype=torch.int32, device="cuda")
-    _check(q, k_cache, v_cache, **kw)
+    _check(q, k_cache, v_cache, cache_seqlens=lengths, causal=True,
+           **_option_kwargs(option, nheads, window=100, leftpad=[0, 300, 999, 2]))
 
 
 def test_every_num_splits_and_paged_equals_contiguous():
@@ -287,18 +294,9 @@ def test_decode_tiles_with_options(monkeypatch, tile, option):
         block_table = block_table[:batch]
     q = torch.randn(batch, seqlen_q, nheads, hdim, device="cuda", dtype=DTYPE)
     lengths = torch.tensor([5, 700, capacity - seqlen_q, 130], dtype=torch.int32, device="cuda")
-    kw = dict(cache_seqlens=lengths, causal=True, block_table=block_table)
-    if option == "window":
-        kw["window_size"] = (300, 0)
-    elif option == "softcap":
-        kw["softcap"] = 5.0
-    elif option == "alibi":
-        kw["alibi_slopes"] = torch.rand(batch, nheads, device="cuda")
-    elif option == "leftpad":
-        kw["cache_leftpad"] = torch.tensor([0, 300, 1999, 2], dtype=torch.int32, device="cuda")
-    elif option == "batch_idx":
-        kw["cache_batch_idx"] = torch.tensor([5, 0, 3, 1], dtype=torch.int32, device="cuda")
-    else:  # rotary (GPT-NeoX halves) on q and the appended keys
+    kw = dict(cache_seqlens=lengths, causal=True, block_table=block_table,
+              **_option_kwargs(option, nheads, window=300, leftpad=[0, 300, 1999, 2]))
+    if option.endswith("rotary_append"):  # rotary (GPT-NeoX halves) on q and the appended keys
         angles = torch.rand(capacity, hdim // 4, device="cuda") * 6.3
         kw.update(k=torch.randn(batch, seqlen_q, nheads_k, hdim, device="cuda", dtype=DTYPE),
                   v=torch.randn(batch, seqlen_q, nheads_k, hdim, device="cuda", dtype=DTYPE),
