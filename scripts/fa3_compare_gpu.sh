@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 IMPLS=flash_attn_cuda,fa3_ref,sdpa_cudnn
 if [ "${FWD:-1}" = 1 ]; then
   TAILN=0 stage fwd_cluster ${FWD_TIMEOUT:-150} python3 -m flash_attn_cuda.bench --directions fwd --hdims 128 \
-    --seqlens 1920,2048,3968,4096,8064,8192 --causal 0 --impls $IMPLS --order abba --out "$OUT/res" --prefix fa3_cluster
+    --seqlens ${FWD_SEQLENS:-1920,2048,3968,4096,8064,8192} --causal 0 --impls $IMPLS --order abba --out "$OUT/res" --prefix fa3_cluster
   grep -E "^\| " "$OUT/res/fa3_cluster.md" | head -20
 fi
 TAILN=0 stage bwd ${BWD_TIMEOUT:-400} python3 -m flash_attn_cuda.bench --directions bwd --hdims ${BWD_HDIMS:-128,64,256} \
