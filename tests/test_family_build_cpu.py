@@ -171,6 +171,7 @@ def test_ninja_log_units_reads_the_last_entry_of_each_object():
            "500\t900\t0\t/b/fwd_hdim64_bf16.o\tdef\n")
     assert family_build.ninja_log_units(log) == [("bwd_hdim64_bf16.o", 0.0, 61.0), ("fwd_hdim64_bf16.o", 0.5, 0.9)]
     assert family_build.ninja_log_units("# ninja log v5\n") == []
+    assert family_build.ninja_log_units("x0\t61000\t0\tbwd.o\th\n5\t9\t0\tfwd.o\th") == [("fwd.o", 0.005, 0.009)]
 
 
 def test_compile_seconds_of_each_unit_kind():

@@ -94,8 +94,8 @@ def ninja_log_units(text: str) -> list[tuple[str, float, float]]:
     units = {}
     for line in text.splitlines():
         fields = line.split("\t")
-        if line.startswith("#") or len(fields) < 4:
-            continue
+        if line.startswith("#") or len(fields) < 4 or not (fields[0].isdigit() and fields[1].isdigit()):
+            continue  # a header, or a line cut by the offset report_unit_times starts at
         units[fields[3]] = (int(fields[0]) / 1000, int(fields[1]) / 1000)
     return sorted(((os.path.basename(o), s, e) for o, (s, e) in units.items()), key=lambda u: (u[1], u[0]))
 
@@ -113,7 +113,8 @@ def report_unit_times(build_temp: str, since: int) -> None:
     editable build deletes the log."""
     try:
         with open(os.path.join(build_temp, ".ninja_log"), "rb") as f:
-            f.seek(since)
+            # ninja may have compacted the log during the build (then every entry is read)
+            f.seek(since if since <= os.fstat(f.fileno()).st_size else 0)
             units = ninja_log_units(f.read().decode(errors="replace"))
     except OSError:
         return

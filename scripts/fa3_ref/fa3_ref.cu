@@ -45,8 +45,9 @@ struct Strides { int64_t batch, row, head; };
 
 // Fills the Flash_fwd_params part as hopper/flash_api.cpp set_params_fprop does for this plain case
 // (num_splits = 1, pack_gqa = false, no page table / varlen / kv-append / rotary / qv / descale), with
-// mha_fwd's / mha_bwd's window handling: window (-1, -1); seqlen_q == 1 turns causal off (non-paged);
-// causal sets window_size_right = 0; negative windows become seqlen_k - 1 / seqlen_q - 1.
+// mha_fwd's / mha_bwd's window handling: window (-1, -1); causal sets window_size_right = 0; negative
+// windows become seqlen_k - 1 / seqlen_q - 1 (the callers pass is_causal: mha_fwd turns causal off at
+// seqlen_q == 1 for a non-paged cache, mha_bwd does not).
 // seqlen_{q,k}_rounded: the forward rounds to 128, the backward to its kBlockM / kBlockN.
 static void fill_fprop(Flash_fwd_params &params, void *q, void *k, void *v, void *out, float *lse,
                        int batch, int seqlen_q, int seqlen_k, int seqlen_q_rounded, int seqlen_k_rounded,
@@ -138,6 +139,7 @@ FA3REF_API int fa3ref_fwd(void *q, void *k, void *v, void *out, float *lse, int 
     return static_cast<int>(cudaGetLastError());
 }
 
+#ifndef FA3REF_NO_BWD  // build.sh BWD=0: no backward kernels in the library, so no entry points for them
 // The backward's tile (mha_bwd's kBlockM_sm90 / kBlockN_sm90 without softcap / local): the caller sizes
 // the workspaces of fa3ref_bwd with it (seqlen_q rounded to block_m, seqlen_k to block_n).
 FA3REF_API int fa3ref_bwd_blocks(int headdim, int causal, int *block_m, int *block_n) {
@@ -164,7 +166,7 @@ FA3REF_API int fa3ref_bwd(void *dout, void *q, void *k, void *v, void *out, floa
                           float softmax_scale, int causal, int num_sm, void *stream_) {
     if (int rc = check_call(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, num_sm)) { return rc; }
     if ((nheads != nheads_k) != (dk_accum != nullptr && dv_accum != nullptr)) { return FA3REF_BAD_SHAPE; }
-    bool const is_causal = causal != 0 && seqlen_q != 1;
+    bool const is_causal = causal != 0;  // mha_bwd keeps causal at seqlen_q == 1 (mha_fwd turns it off)
     int block_m = 0, block_n = 0;
     fa3ref_bwd_blocks(headdim, is_causal, &block_m, &block_n);
     Flash_bwd_params params = {};
@@ -191,4 +193,5 @@ FA3REF_API int fa3ref_bwd(void *dout, void *q, void *k, void *v, void *out, floa
     }
     return static_cast<int>(cudaGetLastError());
 }
+#endif  // FA3REF_NO_BWD
 #endif

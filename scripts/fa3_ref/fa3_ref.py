@@ -106,7 +106,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
     dev = _device(q)
     block_m, block_n = ctypes.c_int(), ctypes.c_int()
-    _raise(lib, lib.fa3ref_bwd_blocks(d, int(bool(causal) and seqlen_q != 1), ctypes.byref(block_m),
+    _raise(lib, lib.fa3ref_bwd_blocks(d, int(bool(causal)), ctypes.byref(block_m),
                                       ctypes.byref(block_n)))
     rq = -(-seqlen_q // block_m.value) * block_m.value
     rk = -(-seqlen_k // block_n.value) * block_n.value
