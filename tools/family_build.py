@@ -69,7 +69,8 @@ def patch_ninja(text: str, gencode: list[str]) -> str:
     edges = [(i, m) for i, m in ((i, _EDGE.match(line)) for i, line in enumerate(lines)) if m]
     if not edges:
         return text
-    sm90 = [gen_instantiations.source_family(m.group("src").replace("$ ", " ")) == "sm90" for _, m in edges]
+    sources = [m.group("src").replace("$ ", " ") for _, m in edges]
+    sm90 = [gen_instantiations.source_family(src) == "sm90" for src in sources]
     override = None
     if any(sm90):
         globals_ = [line for line in lines if line.startswith("cuda_post_cflags = ")]
@@ -79,7 +80,7 @@ def patch_ninja(text: str, gencode: list[str]) -> str:
                                f"{old!r}; cannot give the sm90 units their flags (tools/family_build.py)")
         override = "  " + globals_[0].replace(old, " ".join(shlex.quote(f) for f in build_config.SM90_NVCC_FLAGS))
     blocks = [[lines[i]] + ([override] if is_sm90 else []) for (i, _), is_sm90 in zip(edges, sm90)]
-    costs = [compile_seconds(m.group("src").replace("$ ", " ")) for _, m in edges]
+    costs = [compile_seconds(src) for src in sources]
     ordered = [line for k in sorted(range(len(blocks)), key=lambda k: -costs[k]) for line in blocks[k]]
     edge_lines = {i for i, _ in edges}
     rest = [line for i, line in enumerate(lines) if i not in edge_lines]

@@ -40,8 +40,10 @@ FA3REF_API const char *fa3ref_error_string(int code) {
     }
 }
 
-// Contiguous-in-d (batch, seqlen, heads, d) tensor strides: batch, row, head.
-struct Strides { int64_t batch, row, head; };
+// The strides of the (batch, seqlen, heads, d) tensors, unit stride on d, as the entry points take them:
+// strides[3 * t + i] for tensor t (q, k, v, out) and i (batch, row, head); dq / dk / dv / dout share
+// q's / k's / v's / out's.
+enum { kQ = 0, kK = 3, kV = 6, kO = 9, kBatch = 0, kRow = 1, kHead = 2 };
 
 // Fills the Flash_fwd_params part as hopper/flash_api.cpp set_params_fprop does for this plain case
 // (num_splits = 1, pack_gqa = false, no page table / varlen / kv-append / rotary / qv / descale), with
@@ -51,16 +53,16 @@ struct Strides { int64_t batch, row, head; };
 // seqlen_{q,k}_rounded: the forward rounds to 128, the backward to its kBlockM / kBlockN.
 static void fill_fprop(Flash_fwd_params &params, void *q, void *k, void *v, void *out, float *lse,
                        int batch, int seqlen_q, int seqlen_k, int seqlen_q_rounded, int seqlen_k_rounded,
-                       int nheads, int nheads_k, int headdim, Strides qs, Strides ks, Strides vs, Strides os,
-                       float softmax_scale, bool is_causal, int num_sm) {
+                       int nheads, int nheads_k, int headdim, const int64_t *st, float softmax_scale,
+                       bool is_causal, int num_sm) {
     params.is_bf16 = true;
     params.is_e4m3 = false;
     params.q_ptr = q; params.k_ptr = k; params.v_ptr = v; params.o_ptr = out;
-    params.q_batch_stride = qs.batch; params.q_row_stride = qs.row; params.q_head_stride = qs.head;
-    params.k_batch_stride = ks.batch; params.k_row_stride = ks.row; params.k_head_stride = ks.head;
-    params.v_batch_stride = vs.batch; params.v_row_stride = vs.row; params.v_head_stride = vs.head;
+    params.q_batch_stride = st[kQ + kBatch]; params.q_row_stride = st[kQ + kRow]; params.q_head_stride = st[kQ + kHead];
+    params.k_batch_stride = st[kK + kBatch]; params.k_row_stride = st[kK + kRow]; params.k_head_stride = st[kK + kHead];
+    params.v_batch_stride = st[kV + kBatch]; params.v_row_stride = st[kV + kRow]; params.v_head_stride = st[kV + kHead];
     params.v_dim_stride = 1;
-    params.o_batch_stride = os.batch; params.o_row_stride = os.row; params.o_head_stride = os.head;
+    params.o_batch_stride = st[kO + kBatch]; params.o_row_stride = st[kO + kRow]; params.o_head_stride = st[kO + kHead];
     params.softmax_lse_ptr = lse;
     params.b = batch; params.b_k = batch;
     params.h = nheads; params.h_k = nheads_k;
@@ -105,15 +107,12 @@ static int check_call(int batch, int seqlen_q, int seqlen_k, int nheads, int nhe
     return static_cast<int>(e);
 }
 
-// FA3's forward. q/k/v/out: (batch, seqlen, heads, d) with unit stride on d; lse: (batch, nheads,
-// seqlen_q) float32. semaphore: one device int32, zeroed here (cudaMemsetAsync) before the causal
+// FA3's forward. q/k/v/out: (batch, seqlen, heads, d) with unit stride on d, their strides in `strides` (kQ ..);
+// lse: (batch, nheads, seqlen_q) float32. semaphore: one device int32, zeroed here (cudaMemsetAsync) before the causal
 // launch, as mha_fwd zeroes its tile_count_semaphore for the dynamic persistent scheduler.
 FA3REF_API int fa3ref_fwd(void *q, void *k, void *v, void *out, float *lse, int *semaphore,
                           int batch, int seqlen_q, int seqlen_k, int nheads, int nheads_k, int headdim,
-                          int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
-                          int64_t k_batch_stride, int64_t k_row_stride, int64_t k_head_stride,
-                          int64_t v_batch_stride, int64_t v_row_stride, int64_t v_head_stride,
-                          int64_t o_batch_stride, int64_t o_row_stride, int64_t o_head_stride,
+                          const int64_t *strides,
                           float softmax_scale, int causal, int num_sm, void *stream_) {
     if (int rc = check_call(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, num_sm)) { return rc; }
     cudaStream_t stream = static_cast<cudaStream_t>(stream_);
@@ -121,9 +120,7 @@ FA3REF_API int fa3ref_fwd(void *q, void *k, void *v, void *out, float *lse, int 
     Flash_fwd_params params = {};
     fill_fprop(params, q, k, v, out, lse, batch, seqlen_q, seqlen_k, (seqlen_q + 127) / 128 * 128,
                (seqlen_k + 127) / 128 * 128, nheads, nheads_k, headdim,
-               {q_batch_stride, q_row_stride, q_head_stride}, {k_batch_stride, k_row_stride, k_head_stride},
-               {v_batch_stride, v_row_stride, v_head_stride}, {o_batch_stride, o_row_stride, o_head_stride},
-               softmax_scale, is_causal, num_sm);
+               strides, softmax_scale, is_causal, num_sm);
     // sm90: the dynamic persistent scheduler (an atomic tile counter) runs causal / local with one split.
     if (is_causal) {
         if (semaphore == nullptr) { return FA3REF_NO_SEMAPHORE; }
@@ -159,10 +156,7 @@ FA3REF_API int fa3ref_bwd(void *dout, void *q, void *k, void *v, void *out, floa
                           void *dq, void *dk, void *dv, float *softmax_d, float *lse_log2, float *dq_accum,
                           int *dq_semaphore, float *dk_accum, float *dv_accum,
                           int batch, int seqlen_q, int seqlen_k, int nheads, int nheads_k, int headdim,
-                          int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
-                          int64_t k_batch_stride, int64_t k_row_stride, int64_t k_head_stride,
-                          int64_t v_batch_stride, int64_t v_row_stride, int64_t v_head_stride,
-                          int64_t o_batch_stride, int64_t o_row_stride, int64_t o_head_stride,
+                          const int64_t *strides,
                           float softmax_scale, int causal, int num_sm, void *stream_) {
     if (int rc = check_call(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, num_sm)) { return rc; }
     if ((nheads != nheads_k) != (dk_accum != nullptr && dv_accum != nullptr)) { return FA3REF_BAD_SHAPE; }
@@ -172,14 +166,16 @@ FA3REF_API int fa3ref_bwd(void *dout, void *q, void *k, void *v, void *out, floa
     Flash_bwd_params params = {};
     fill_fprop(params, q, k, v, out, lse, batch, seqlen_q, seqlen_k, (seqlen_q + block_m - 1) / block_m * block_m,
                (seqlen_k + block_n - 1) / block_n * block_n, nheads, nheads_k, headdim,
-               {q_batch_stride, q_row_stride, q_head_stride}, {k_batch_stride, k_row_stride, k_head_stride},
-               {v_batch_stride, v_row_stride, v_head_stride}, {o_batch_stride, o_row_stride, o_head_stride},
-               softmax_scale, is_causal, num_sm);
+               strides, softmax_scale, is_causal, num_sm);
     params.do_ptr = dout; params.dq_ptr = dq; params.dk_ptr = dk; params.dv_ptr = dv;
-    params.do_batch_stride = o_batch_stride; params.do_row_stride = o_row_stride; params.do_head_stride = o_head_stride;
-    params.dq_batch_stride = q_batch_stride; params.dq_row_stride = q_row_stride; params.dq_head_stride = q_head_stride;
-    params.dk_batch_stride = k_batch_stride; params.dk_row_stride = k_row_stride; params.dk_head_stride = k_head_stride;
-    params.dv_batch_stride = v_batch_stride; params.dv_row_stride = v_row_stride; params.dv_head_stride = v_head_stride;
+    params.do_batch_stride = params.o_batch_stride; params.do_row_stride = params.o_row_stride;
+    params.do_head_stride = params.o_head_stride;
+    params.dq_batch_stride = params.q_batch_stride; params.dq_row_stride = params.q_row_stride;
+    params.dq_head_stride = params.q_head_stride;
+    params.dk_batch_stride = params.k_batch_stride; params.dk_row_stride = params.k_row_stride;
+    params.dk_head_stride = params.k_head_stride;
+    params.dv_batch_stride = params.v_batch_stride; params.dv_row_stride = params.v_row_stride;
+    params.dv_head_stride = params.v_head_stride;
     params.dq_accum_ptr = dq_accum; params.dk_accum_ptr = dk_accum; params.dv_accum_ptr = dv_accum;
     params.dsoftmax_sum = softmax_d;
     params.softmax_lse_log2_ptr = lse_log2;

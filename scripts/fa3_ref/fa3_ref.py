@@ -22,11 +22,11 @@ def load(path: str) -> ctypes.CDLL:
     global _lib
     lib = ctypes.CDLL(os.path.abspath(path))
     i64, i32 = ctypes.c_int64, ctypes.c_int
-    lib.fa3ref_fwd.argtypes = ([ctypes.c_void_p] * 6 + [i32] * 6 + [i64] * 12
+    lib.fa3ref_fwd.argtypes = ([ctypes.c_void_p] * 6 + [i32] * 6 + [ctypes.POINTER(i64)]
                                + [ctypes.c_float, i32, i32, ctypes.c_void_p])
     lib.fa3ref_fwd.restype = i32
     if hasattr(lib, "fa3ref_bwd"):  # a library built with BWD=0 has the forward only
-        lib.fa3ref_bwd.argtypes = ([ctypes.c_void_p] * 15 + [i32] * 6 + [i64] * 12
+        lib.fa3ref_bwd.argtypes = ([ctypes.c_void_p] * 15 + [i32] * 6 + [ctypes.POINTER(i64)]
                                    + [ctypes.c_float, i32, i32, ctypes.c_void_p])
         lib.fa3ref_bwd.restype = i32
         lib.fa3ref_bwd_blocks.argtypes = [i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32)]
@@ -47,6 +47,11 @@ def _checked(name: str, *tensors: torch.Tensor) -> None:
 def _raise(lib: ctypes.CDLL, rc: int) -> None:
     if rc != 0:
         raise RuntimeError(f"fa3_ref: {lib.fa3ref_error_string(rc).decode()} (code {rc})")
+
+
+def _strides(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor):
+    """The entry points' strides argument: batch, row and head strides of q, k, v, out (12 int64)."""
+    return (ctypes.c_int64 * 12)(*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3])
 
 
 def _device(q: torch.Tensor) -> int:
@@ -78,8 +83,7 @@ def forward_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     with torch.cuda.device(dev):
         rc = lib.fa3ref_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                             sem.data_ptr() if sem is not None else None,
-                            batch, seqlen_q, seqlen_k, nheads, nheads_k, d,
-                            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                            batch, seqlen_q, seqlen_k, nheads, nheads_k, d, _strides(q, k, v, out),
                             scale, int(bool(causal)), _num_sms[dev], torch.cuda.current_stream(dev).cuda_stream)
     _raise(lib, rc)
     return out, lse
@@ -99,8 +103,8 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     lib = lib or _lib
     if lib is None or not hasattr(lib, "fa3ref_bwd"):
         raise RuntimeError("fa3_ref: no backward in this library (scripts/fa3_ref/build.sh with BWD=1)")
-    _checked("backward", q, k, v, out, dout.contiguous())
     dout = dout.contiguous()
+    _checked("backward", q, k, v, out, dout)
     batch, seqlen_q, nheads, d = q.shape
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
@@ -124,8 +128,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         rc = lib.fa3ref_bwd(dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                             lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), softmax_d.data_ptr(),
                             lse_log2.data_ptr(), dq_accum.data_ptr(), dq_sem.data_ptr(), ptr(dk_accum),
-                            ptr(dv_accum), batch, seqlen_q, seqlen_k, nheads, nheads_k, d,
-                            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                            ptr(dv_accum), batch, seqlen_q, seqlen_k, nheads, nheads_k, d, _strides(q, k, v, out),
                             scale, int(bool(causal)), _num_sms[dev], torch.cuda.current_stream(dev).cuda_stream)
     _raise(lib, rc)
     return dq, dk, dv
