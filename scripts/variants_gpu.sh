@@ -4,7 +4,8 @@
 # recompiles only UNITS (object names of the build) from the build log's own nvcc lines plus the
 # variant's -D flags, relinks into a copy of the package under /tmp/v_<name>/, and runs BENCH (a
 # module and its arguments; --prefix h200_<tag> --out are appended) from that copy. ORDER lists
-# tag:variant runs (default: base, each variant, base again; base = the build itself). Benchmarks
+# tag:variant[:ENV=VAL,...] runs (default: base, each variant, base again; base = the build itself; the
+# settings are exported for that run only, e.g. base1w:base:FLASH_ATTN_CUDA_DECODE_WIDE=1). Benchmarks
 # check every impl against the float32 reference before timing it.
 #   OUT=$OUT UNITS="decode_hdim128_bf16.o decode_dispatch.o" VARIANTS="R:-DX=1 B:-DY=2,-DZ=3" \
 #     BENCH="flash_attn_cuda.bench_decode --heads 32:8 ..." scripts/variants_gpu.sh   (cutlass wheel in .whl/)
@@ -60,14 +61,18 @@ for v in $VARIANTS; do
     grep -A2 "Function properties" "$OUT/variant_$n.log" | grep -E "spill" | sort | uniq -c | head -3 ) &
 done
 wait
-run_bench() {  # run_bench TAG NAME (base: the build itself)
+run_bench() {  # run_bench TAG NAME [ENV=VAL,...] (base: the build itself; the settings hold for this run only)
   local dir=$PWD
   [ "$2" = base ] || dir=/tmp/v_$2
   ls "$dir"/flash_attn_cuda/_C*.so > /dev/null 2>&1 || { echo "== bench_$1 skipped: no build in $dir"; return 1; }
-  ( cd "$dir" && PYTHONPATH=$PWD TAILN=0 stage bench_$1 ${BENCH_TIMEOUT:-90} python3 -m $BENCH --prefix h200_$1 --out "$OUT/res" )
+  [ -z "${3:-}" ] || echo "== bench_$1 with ${3//,/ }"
+  ( cd "$dir" && for kv in $(echo "${3:-}" | tr ',' ' '); do export "$kv"; done
+    PYTHONPATH=$PWD TAILN=0 stage bench_$1 ${BENCH_TIMEOUT:-90} python3 -m $BENCH --prefix h200_$1 --out "$OUT/res" )
 }
 ORDER=${ORDER:-"base1:base $(for v in $VARIANTS; do echo -n "${v%%:*}:${v%%:*} "; done) base2:base"}
-for o in $ORDER; do run_bench "${o%%:*}" "${o#*:}"; done
+for o in $ORDER; do  # TAG:NAME or TAG:NAME:ENV=VAL[,ENV=VAL]
+  IFS=: read -r tag name envs <<< "$o"; run_bench "$tag" "$name" "$envs"
+done
 for o in $ORDER; do
   t=${o%%:*}; echo "## $t"
   for f in "$OUT/res/h200_${t}.md" "$OUT/res/h200_${t}_"*.md; do [ -f "$f" ] || continue; grep -E "^\| [0-9]" "$f" | cut -c1-${SUMMARY_COLS:-400}; grep -il mismatch "$f"; done
