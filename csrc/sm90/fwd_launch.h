@@ -30,9 +30,11 @@ namespace flash::sm90 {
 // A kernel that draws its tiles from the counter (fwd_persistent.h kDrawsTiles: causal, and d = 64's
 // tile) needs FwdParams::sm90_tiles.counter, which is zeroed on the stream first, the rest of sm90_tiles
 // filled in.
-template <class Traits, bool kCausal, bool kDropout>
-cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
-  auto kernel = &fwd_kernel_persistent<Traits, kCausal, kDropout>;
+// kClusterM > 1: clusters of kClusterM CTAs (fwd_persistent.h), the grid a multiple of kClusterM (an SM
+// pair, a TPC, takes a cluster of 2: every SM of an H100 / H200 gets one).
+template <class Traits, bool kCausal, bool kDropout, int kClusterM = 1>
+cudaError_t launch_fwd_persistent(const typename FwdTma<Traits, kClusterM>::Params& kp, cudaStream_t stream) {
+  auto kernel = &fwd_kernel_persistent<Traits, kCausal, kDropout, kClusterM>;
   constexpr int kSmem = PersistentSmem<Traits>::kBytes;
   constexpr bool kDynamic = kDrawsTiles<Traits, kCausal>;
   if (kDynamic && kp.p.sm90_tiles.counter == nullptr) { return cudaErrorInvalidValue; }
@@ -40,8 +42,24 @@ cudaError_t launch_fwd_persistent(const typename FwdTma<Traits>::Params& kp, cud
   if (err != cudaSuccess) { return err; }
   const int sms = current_device_attribute<cudaDevAttrMultiProcessorCount>();
   if (sms <= 0) { return cudaErrorInvalidDevice; }
-  const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal>(kp.p).num_tiles;
-  const int grid = persistent_grid(num_tiles, kp.p.sm90_persistent_ctas, sms);
+  const int num_tiles = FwdScheduler<Traits::kBlockM, kCausal, kCausal, kClusterM>(kp.p).num_tiles;
+  int grid = persistent_grid(num_tiles, kp.p.sm90_persistent_ctas, sms);
+  if constexpr (kClusterM > 1) {  // num_tiles is a multiple of kClusterM, so the grid can be one too
+    grid = grid < kClusterM ? kClusterM : grid - grid % kClusterM;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(Traits::kNThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = kClusterM;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, kp);
+  }
   if constexpr (kDynamic) {
     err = cudaMemsetAsync(kp.p.sm90_tiles.counter, 0, sizeof(int), stream);
     if (err != cudaSuccess) { return err; }
@@ -81,14 +99,31 @@ cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStr
 // Any tile (the C++ harness times several; TraitsCausal: the causal calls', by default the same);
 // run_fwd_ uses the tile table's. The variant must match the call: a dropout call on the plain kernel
 // (or the reverse) is an error, never a silent no-op.
-template <class Traits, bool kDropout = false, class TraitsCausal = Traits>
+// kClusterMNonCausal > 1: the non-causal calls that run the persistent kernel run it in clusters.
+template <class Traits, bool kDropout = false, class TraitsCausal = Traits, int kClusterMNonCausal = 1>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   if (is_causal(params)) {
     return launch_fwd_kernel<TraitsCausal, true, kDropout>(FwdTma<TraitsCausal>::make_params(params), stream);
   }
-  return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
+  if constexpr (kClusterMNonCausal > 1) {  // (the default build's units compile no non-causal kernel without it)
+    static_assert(!kDropout, "clusters: the kernel without dropout");
+#if defined(FLASH_ATTN_CUDA_SM90_PERSISTENT) && defined(FLASH_ATTN_CUDA_SM90_NO_ONE_TILE)
+    return launch_fwd_persistent<Traits, false, false, kClusterMNonCausal>(
+        FwdTma<Traits, kClusterMNonCausal>::make_params(params), stream);
+#else
+#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
+    if (params.sm90_persistent_ctas != 0) {
+      return launch_fwd_persistent<Traits, false, false, kClusterMNonCausal>(
+          FwdTma<Traits, kClusterMNonCausal>::make_params(params), stream);
+    }
+#endif
+    return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
+#endif
+  } else {
+    return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
+  }
 }
 
 template <typename Element, int kHeadDim, bool kDropout, bool kShortCausal>
@@ -108,8 +143,8 @@ cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
                       fwd_draws_tiles(kHeadDim, false, kDropout),
                   "fwd_draws_tiles (the dispatch's counter check) must cover every tile that draws its tiles");
 #endif
-    return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout, FwdTraitsFor<Element, kHeadDim, kDropout, true>>(
-        params, stream);
+    return launch_fwd<FwdTraitsFor<Element, kHeadDim, kDropout>, kDropout, FwdTraitsFor<Element, kHeadDim, kDropout, true>,
+                      kDropout ? 1 : kFwdClusterM<kHeadDim>>(params, stream);
   }
 }
 

@@ -188,9 +188,22 @@ struct ArriveQEmpty {
   CUTE_DEVICE void operator()() const { cutlass::arch::ClusterBarrier::arrive(q_empty); }
 };
 
-template <class Traits, bool kCausal, bool kDropout>
+// kClusterM > 1 (fwd_tile_table.h kFwdClusterM: d = 128 non-causal, an option): clusters of kClusterM CTAs
+// (launched with the cluster attribute, gridDim.x a multiple of kClusterM) run adjacent query tiles of one
+// (batch, head) in lockstep: the static order with the query tiles rounded up to a multiple of kClusterM
+// (FwdScheduler), so both CTAs see the same tiles' key ranges and the same number of tiles. Each CTA's
+// producer loads its 1 / kClusterM of every K / V block, multicast to every CTA of the cluster, whose
+// full barrier expects the whole block (the pipelines' transaction bytes, unchanged); the pipelines' empty
+// barriers take the releases of every CTA's consumer warpgroups (cutlass PipelineTmaAsync with the
+// cluster shape: each warpgroup's release arrives on each CTA's barrier), so no producer overwrites a
+// stage that some CTA still reads. Barrier init is made visible to the cluster before the first remote
+// arrival (cluster barrier instead of __syncthreads), and each producer waits for the last releases of
+// its stages before it exits (producer_tail): no arrival lands in an exited CTA's shared memory.
+// A tile past seqlen_q (the cluster's last tile of an odd count) runs idle_blocks: it waits for and
+// releases every block without GEMMs.
+template <class Traits, bool kCausal, bool kDropout, int kClusterM = 1>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
-    fwd_kernel_persistent(CUTE_GRID_CONSTANT typename FwdTma<Traits>::Params const kp) {
+    fwd_kernel_persistent(CUTE_GRID_CONSTANT typename FwdTma<Traits, kClusterM>::Params const kp) {
   using Element = typename Traits::Element;
   using Smem = PersistentSmem<Traits>;
   using Storage = typename Smem::Storage;
@@ -208,7 +221,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const FwdParams& p = kp.p;
   if constexpr (kDropout) { write_rng_state(p); }  // thread 0 of block (0, 0, 0), before any return
   constexpr bool kDynamic = kDrawsTiles<Traits, kCausal>;
-  const FwdScheduler<Traits::kBlockM, kCausal, kDynamic> sched(p);
+  static_assert(kClusterM == 1 || (!kCausal && !kDropout && !kDynamic && kIdleWarpgroups),
+                "clusters: the static non-causal kernel without dropout, with idle warpgroups");
+  const FwdScheduler<Traits::kBlockM, kCausal, kDynamic, kClusterM> sched(p);
+  using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
+  // The producer thread's registers: the drawing kernels' and the cluster kernels' need more than 24 (the
+  // cluster's: 36 B of spill on 24 at d = 128, nvcc 13.0: the CTA rank, the multicast mask).
+  constexpr bool kWideProducer = kDynamic || kClusterM > 1;
   const int wg = cutlass::canonical_warp_group_idx();
 
   typename Pipeline::Params pp;
@@ -216,8 +235,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Traits::kNConsumerThreads;
-  Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
-  Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
+  Pipeline pipe_k(ss.pipe_k, pp, ClusterShape{});
+  Pipeline pipe_v(ss.pipe_v, pp, ClusterShape{});
   if (threadIdx.x == 0) {
     CUTE_UNROLL
     for (int c = 0; c < kNWG; ++c) {
@@ -234,7 +253,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
   }
   cutlass::arch::fence_barrier_init();
-  __syncthreads();
+  if constexpr (kClusterM > 1) {  // every CTA's barriers initialised before any remote arrival or multicast
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   // (rows, d) global tiles as TMA coordinates, (rows, d[, stage]) shared tiles.
   Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kD>{}, p.nheads, p.batch));
@@ -259,11 +283,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   };
 
   if (wg == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kDynamic ? Traits::kProducerRegsDynamic : Traits::kProducerRegs>();
+    cutlass::arch::warpgroup_reg_dealloc<kWideProducer ? Traits::kProducerRegsDynamic : Traits::kProducerRegs>();
     if (threadIdx.x != 0) { return; }
     PipelineState st_k = cutlass::make_producer_start_state<Pipeline>();
     PipelineState st_v = cutlass::make_producer_start_state<Pipeline>();
     int loaded = 0;  // non-empty tiles whose Q this CTA has loaded
+    // This CTA's share of each K / V block (kClusterM > 1: multicast to the whole cluster).
+    const int cta_rank = kClusterM > 1 ? int(cute::block_rank_in_cluster()) : 0;
+    constexpr uint16_t kMcastMask = uint16_t((1u << kClusterM) - 1);
     for (int t = producer_first_tile<kDynamic>(p); producer_has_tile<kDynamic>(ss, t, sched.tiles(p));
          t = producer_next_tile<kDynamic>(p, t)) {
       int m_block, head, batch, n_min, n_max;
@@ -273,10 +300,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       const int head_k = head / (p.nheads / p.nheads_k);
       Tensor gK = local_tile(mK(_, _, head_k, batch), KVTile{}, make_coord(_, _0{}));  // (N, d, n_blocks)
       Tensor gV = local_tile(mV(_, _, head_k, batch), KVTile{}, make_coord(_, _0{}));
-      auto [tKgK, tKsK] = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-      auto [tVgV, tVsV] = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      auto [tKgK, tKsK] = tma_partition(kp.tma_k, cta_rank, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+      auto [tVgV, tVsV] = tma_partition(kp.tma_v, cta_rank, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
       pipe_producer_acquire(pipe_k, st_k, WaitSite::kKEmpty, t, n_max - 1);
-      copy(kp.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, n_max - 1), tKsK(_, st_k.index()));
+      copy(kp.tma_k.with(*pipe_k.producer_get_barrier(st_k), kMcastMask, hint_kv()), tKgK(_, n_max - 1),
+           tKsK(_, st_k.index()));
       ++st_k;
       CUTE_UNROLL
       for (int c = 0; c < kNWG; ++c) {
@@ -285,25 +315,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         Tensor sQ = sQ_wg(c);
         auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         QFull::arrive_and_expect_tx(&ss.q_full[c], Traits::kTmaBytesQWG);
-        copy(kp.tma_q.with(ss.q_full[c]), tQgQ, tQsQ);
+        copy(kp.tma_q.with(ss.q_full[c], 0, hint_q()), tQgQ, tQsQ);
       }
       ++loaded;
       pipe_producer_acquire(pipe_v, st_v, WaitSite::kVEmpty, t, n_max - 1);
-      copy(kp.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, n_max - 1), tVsV(_, st_v.index()));
+      copy(kp.tma_v.with(*pipe_v.producer_get_barrier(st_v), kMcastMask, hint_kv()), tVgV(_, n_max - 1),
+           tVsV(_, st_v.index()));
       ++st_v;
       for (int n = n_max - 2; n >= n_min; --n) {
         pipe_producer_acquire(pipe_k, st_k, WaitSite::kKEmpty, t, n);
-        copy(kp.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, n), tKsK(_, st_k.index()));
+        copy(kp.tma_k.with(*pipe_k.producer_get_barrier(st_k), kMcastMask, hint_kv()), tKgK(_, n), tKsK(_, st_k.index()));
         ++st_k;
         pipe_producer_acquire(pipe_v, st_v, WaitSite::kVEmpty, t, n);
-        copy(kp.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, n), tVsV(_, st_v.index()));
+        copy(kp.tma_v.with(*pipe_v.producer_get_barrier(st_v), kMcastMask, hint_kv()), tVgV(_, n), tVsV(_, st_v.index()));
         ++st_v;
       }
+    }
+    if constexpr (kClusterM > 1) {  // every stage released by every CTA of the cluster: no arrival comes later
+      pipe_k.producer_tail(st_k);
+      pipe_v.producer_tail(st_v);
     }
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<kDynamic ? Traits::kConsumerRegsDynamic : Traits::kConsumerRegs>();
+  cutlass::arch::warpgroup_reg_alloc<kWideProducer ? Traits::kConsumerRegsDynamic : Traits::kConsumerRegs>();
   const int cwg = wg - 1;
   const int tid = threadIdx.x % 128;
   Tensor sQ = sQ_wg(cwg);

@@ -55,13 +55,18 @@ CUTE_HOST_DEVICE int causal_section_pairs(const FwdParams& p, int kv_row_bytes) 
 // from the counter (causal; non-causal with fwd_persistent.h kDynamicNonCausal), since its 32-40
 // registers hold the drawn tile's coordinates (d = 64 non-causal, nvcc 13.0, measured on a first form
 // of its loop: 12 B of spill with num_m and nheads in registers, 8 B with them read from the params).
-template <int kBlockM, bool kCausal, bool kOrderInParams = kCausal>
+// kClusterM > 1 (the static non-causal order only): the query tiles of a sequence rounded up to a multiple
+// of kClusterM, so that the CTAs b, b + 1 of a cluster (gridDim.x a multiple of kClusterM) always get
+// adjacent query tiles of one (batch, head); a tile past seqlen_q has no live row (its warpgroups idle).
+template <int kBlockM, bool kCausal, bool kOrderInParams = kCausal, int kClusterM = 1>
 struct FwdScheduler {
   static_assert(kOrderInParams || !kCausal, "the causal order's sizes live in FwdParams::sm90_tiles");
+  static_assert(kClusterM == 1 || (!kCausal && !kOrderInParams), "clusters: the static non-causal order only");
   int num_m, nheads, num_tiles;
 
   CUTE_HOST_DEVICE explicit FwdScheduler(const FwdParams& p)
-      : num_m((p.seqlen_q + kBlockM - 1) / kBlockM), nheads(p.nheads), num_tiles(num_m * p.nheads * p.batch) {}
+      : num_m((p.seqlen_q + kBlockM * kClusterM - 1) / (kBlockM * kClusterM) * kClusterM), nheads(p.nheads),
+        num_tiles(num_m * p.nheads * p.batch) {}
 
   // The launch's Sm90TileOrder (fill_tile_order), whose fields the kernel reads from the constant bank
   // (kOrderInParams). section: the causal order's only.

@@ -50,12 +50,14 @@ struct FwdTile;
 template <>
 struct FwdTile<64> {
   static constexpr int kBlockN = 128;
+  static constexpr int kBlockNNonCausal = kBlockN;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 3;
   static constexpr int kNConsumerWGCausal = FLASH_ATTN_CUDA_SM90_FWD64_CAUSAL_WG;
   static constexpr int kNConsumerWGShortCausal = 2;  // fwd_api.h fwd_short_causal
   static constexpr int kNConsumerWGDropout = 2;
+  static constexpr int kClusterMNonCausal = 1;
 };
 
 // d = 128: 128 x 128, 2 stages; 32 KB Q + 2 x 2 x 32 KB K/V = 160 KB.
@@ -69,14 +71,28 @@ struct FwdTile<64> {
 // 3 stages (224 KB, cuDNN's kernel uses 227 KB; Python bench, same run as cuDNN, 2026-12-03,
 // results/history/h200_fwd_s3_*): 512.7 / 587.0 / 613.0, causal 370.4 / 518.2 / 610.1 against 2 stages'
 // 559.8 and 517.0 (two runs) / 592.1 / 613.2, causal 371.2 / 519.8 / 608.3: no gain, 2 stays.
+// Non-causal options, FA3's d = 128 non-causal configuration (not yet measured here; off):
+// FLASH_ATTN_CUDA_SM90_FWD128_NC_BLOCK_N: the non-causal kernel's keys per block (FA3: 176; our 128 x 176
+// without a cluster measured above). FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER=2: the non-causal persistent
+// kernel runs in clusters of two CTAs on adjacent query tiles of one head, each CTA loading half of
+// every K / V block and multicasting it to both (fwd_persistent.h kClusterM): half the K / V traffic
+// from L2 per tile. At 660 TFLOP/s a 128-row tile reads K / V from L2 at ~5 TB/s (128 FLOP per byte).
+#ifndef FLASH_ATTN_CUDA_SM90_FWD128_NC_BLOCK_N
+#define FLASH_ATTN_CUDA_SM90_FWD128_NC_BLOCK_N 128
+#endif
+#ifndef FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER
+#define FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER 1
+#endif
 template <>
 struct FwdTile<128> {
   static constexpr int kBlockN = 128;
+  static constexpr int kBlockNNonCausal = FLASH_ATTN_CUDA_SM90_FWD128_NC_BLOCK_N;
   static constexpr int kBlockNDropout = 128;
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 2;
   static constexpr int kNConsumerWGCausal = kNConsumerWG;
   static constexpr int kNConsumerWGDropout = 2;
+  static constexpr int kClusterMNonCausal = FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER;
 };
 
 // d = 256: 128 x 80, 2 stages; 64 KB Q + 2 x 2 x 40 KB K/V = 224 KB (of 227). O is 128
@@ -88,17 +104,22 @@ struct FwdTile<128> {
 template <>
 struct FwdTile<256> {
   static constexpr int kBlockN = 80;
+  static constexpr int kBlockNNonCausal = kBlockN;
   static constexpr int kBlockNDropout = 64;
   static constexpr int kStages = 2;
   static constexpr int kNConsumerWG = 2;
   static constexpr int kNConsumerWGCausal = kNConsumerWG;
   static constexpr int kNConsumerWGDropout = 2;
+  static constexpr int kClusterMNonCausal = 1;
 };
 
-// kCausal: the causal kernel's tile (kNConsumerWGCausal; the dropout variant keeps its own).
+// kCausal: the causal kernel's tile (kNConsumerWGCausal, kBlockN; the non-causal one kBlockNNonCausal; the
+// dropout variant keeps its own).
 template <typename Element, int kHeadDim, bool kDropout = false, bool kCausal = false>
 using FwdTraitsFor =
-    FwdTraits<kHeadDim, kDropout ? FwdTile<kHeadDim>::kBlockNDropout : FwdTile<kHeadDim>::kBlockN,
+    FwdTraits<kHeadDim,
+              kDropout ? FwdTile<kHeadDim>::kBlockNDropout
+                       : (kCausal ? FwdTile<kHeadDim>::kBlockN : FwdTile<kHeadDim>::kBlockNNonCausal),
               FwdTile<kHeadDim>::kStages, Element, true,
               kDropout ? FwdTile<kHeadDim>::kNConsumerWGDropout
                        : (kCausal ? FwdTile<kHeadDim>::kNConsumerWGCausal : FwdTile<kHeadDim>::kNConsumerWG)>;
@@ -108,5 +129,10 @@ using FwdTraitsFor =
 template <typename Element, int kHeadDim>
 using FwdTraitsShortCausal = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kBlockN, FwdTile<kHeadDim>::kStages, Element, true,
                                        FwdTile<kHeadDim>::kNConsumerWGShortCausal>;
+
+// CTAs per cluster of the non-causal persistent kernel without dropout (fwd_persistent.h kClusterM).
+template <int kHeadDim>
+constexpr int kFwdClusterM = FwdTile<kHeadDim>::kClusterMNonCausal;
+static_assert(kFwdClusterM<128> == 1 || kFwdClusterM<128> == 2, "FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER: 1 or 2");
 
 }  // namespace flash::sm90

@@ -32,13 +32,20 @@ auto make_tma_q(const FwdParams& p) {
   return make_tma_atom(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutQWG{},
                        Shape<Int<Traits::kWGRows>, Int<Traits::kHeadDim>>{});
 }
-template <class Traits>
+// kClusterM > 1: each CTA of a cluster loads 1 / kClusterM of the block and multicasts it to all of them
+// (fwd_persistent.h kClusterM).
+template <class Traits, int kClusterM = 1>
 auto make_tma_kv(const void* ptr, const FwdParams& p, int64_t row, int64_t head, int64_t batch) {
   using Element = typename Traits::Element;
   auto g = make_gmem_bshd<Element, Traits::kHeadDim>(static_cast<const Element*>(ptr), p.seqlen_k, p.nheads_k,
                                                      p.batch, row, head, batch);
-  return make_tma_atom(SM90_TMA_LOAD{}, g, take<0, 2>(typename Traits::SmemLayoutK{}),
-                       Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{});
+  auto tile = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{};
+  if constexpr (kClusterM > 1) {
+    static_assert(Traits::kBlockN % (8 * kClusterM) == 0, "each CTA's share of a K / V block: whole 8-row swizzle atoms");
+    return make_tma_atom(SM90_TMA_LOAD_MULTICAST{}, g, take<0, 2>(typename Traits::SmemLayoutK{}), tile, Int<kClusterM>{});
+  } else {
+    return make_tma_atom(SM90_TMA_LOAD{}, g, take<0, 2>(typename Traits::SmemLayoutK{}), tile);
+  }
 }
 template <class Traits>
 auto make_tma_o(const FwdParams& p) {
@@ -49,10 +56,10 @@ auto make_tma_o(const FwdParams& p) {
                        Shape<Int<Traits::kWGRows>, Int<Traits::kHeadDim>>{});
 }
 
-template <class Traits>
+template <class Traits, int kClusterM = 1>
 struct FwdTma {
   using AtomQ = decltype(make_tma_q<Traits>(std::declval<const FwdParams&>()));
-  using AtomKV = decltype(make_tma_kv<Traits>(nullptr, std::declval<const FwdParams&>(), 0, 0, 0));
+  using AtomKV = decltype(make_tma_kv<Traits, kClusterM>(nullptr, std::declval<const FwdParams&>(), 0, 0, 0));
   using AtomO = decltype(make_tma_o<Traits>(std::declval<const FwdParams&>()));
 
   struct Params {
@@ -64,9 +71,24 @@ struct FwdTma {
   };
 
   static Params make_params(const FwdParams& p) {
-    return {make_tma_q<Traits>(p), make_tma_kv<Traits>(p.k_ptr, p, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
-            make_tma_kv<Traits>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride), make_tma_o<Traits>(p), p};
+    return {make_tma_q<Traits>(p),
+            make_tma_kv<Traits, kClusterM>(p.k_ptr, p, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+            make_tma_kv<Traits, kClusterM>(p.v_ptr, p, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+            make_tma_o<Traits>(p), p};
   }
 };
+
+// L2 policy of the persistent kernel's loads. FLASH_ATTN_CUDA_SM90_FWD_CACHE_HINTS=1: FA3's, K / V
+// evict-last (every query tile of the head reads them again) and Q evict-first (read once); 0 (default):
+// evict-normal for both, as before (not yet measured).
+#ifndef FLASH_ATTN_CUDA_SM90_FWD_CACHE_HINTS
+#define FLASH_ATTN_CUDA_SM90_FWD_CACHE_HINTS 0
+#endif
+CUTE_HOST_DEVICE constexpr TMA::CacheHintSm90 hint_kv() {
+  return FLASH_ATTN_CUDA_SM90_FWD_CACHE_HINTS ? TMA::CacheHintSm90::EVICT_LAST : TMA::CacheHintSm90::EVICT_NORMAL;
+}
+CUTE_HOST_DEVICE constexpr TMA::CacheHintSm90 hint_q() {
+  return FLASH_ATTN_CUDA_SM90_FWD_CACHE_HINTS ? TMA::CacheHintSm90::EVICT_FIRST : TMA::CacheHintSm90::EVICT_NORMAL;
+}
 
 }  // namespace flash::sm90
