@@ -89,6 +89,12 @@ def main():
         k = torch.randn(1, 255, 2, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(1, 255, 2, d, device="cuda", dtype=torch.bfloat16)
         bad += check(f"d={d} causal sq=1000 sk=255", q, k, v, True, ["1", "3"])
+        # 4. An odd number of query tiles (3 of 128 rows, 2 of 192): a cluster kernel's last pair has a
+        #    tile past seqlen_q (FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER).
+        q = torch.randn(2, 300, 2, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(2, 333, 2, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(2, 333, 2, d, device="cuda", dtype=torch.bfloat16)
+        bad += check(f"d={d} sq=300 sk=333", q, k, v, False, ["1", "3", "sms"])
     print(f"smoke: {bad} mismatches", flush=True)
     return 1 if bad else 0
 

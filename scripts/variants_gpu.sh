@@ -10,6 +10,7 @@
 #   OUT=$OUT UNITS="decode_hdim128_bf16.o decode_dispatch.o" VARIANTS="R:-DX=1 B:-DY=2,-DZ=3" \
 #     BENCH="flash_attn_cuda.bench_decode --heads 32:8 ..." scripts/variants_gpu.sh   (cutlass wheel in .whl/)
 #   TEST_VARIANT=name TESTS="tests/x.py": that variant's copy runs pytest on TESTS after the benches.
+#   SMOKE="python3 scripts/x.py": a first check of each variant (60 s); a failed one is left out.
 #   A variant token NVCC=PATH compiles that variant's units with another nvcc (scripts/ptxas_shadow.sh: the
 #   same nvcc with another release's ptxas), e.g. VARIANTS="p128:NVCC=/tmp/cuda_p128/bin/nvcc".
 set -uo pipefail
@@ -61,6 +62,17 @@ for v in $VARIANTS; do
     grep -A2 "Function properties" "$OUT/variant_$n.log" | grep -E "spill" | sort | uniq -c | head -3 ) &
 done
 wait
+# SMOKE="python3 scripts/x.py": each variant first runs it (60 s); one that fails or hangs loses its build,
+# so its benches and tests are skipped instead of hanging until their timeouts.
+if [ -n "${SMOKE:-}" ]; then
+  for v in $VARIANTS; do
+    n=${v%%:*}
+    ls /tmp/v_$n/flash_attn_cuda/_C*.so > /dev/null 2>&1 || continue
+    ( cd /tmp/v_$n && PYTHONPATH=$PWD timeout -k 5 60 $SMOKE > "$OUT/smoke_$n.log" 2>&1 ); rc=$?
+    echo "smoke $n rc=$rc: $(tail -2 "$OUT/smoke_$n.log" | tr '\n' ' ' | cut -c1-300)"
+    [ $rc -eq 0 ] || rm -f /tmp/v_$n/flash_attn_cuda/_C*.so
+  done
+fi
 run_bench() {  # run_bench TAG NAME [ENV=VAL,...] (base: the build itself; the settings hold for this run only)
   local dir=$PWD
   [ "$2" = base ] || dir=/tmp/v_$2

@@ -382,11 +382,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       const int m = walk.tile(step);  // query tile
       pipe_q.producer_acquire(st);
       uint64_t* bar_q = pipe_q.producer_get_barrier(st);
-      copy(kp.tma_q.with(*bar_q), tQgQ(_, m), tQsQ(_, st.index()));
+      copy(kp.tma_q.with(*bar_q, 0, bwd_hint_qdo()), tQgQ(_, m), tQsQ(_, st.index()));
       copy_scratch_rows<Traits>(p.lse_log2_ptr + scratch_row0, kLseLog2Pad, m, p.seqlen_q_rounded, bar_q, sm.lse_log2 + st.index() * kM);
       pipe_do.producer_acquire(st);
       uint64_t* bar_do = pipe_do.producer_get_barrier(st);
-      copy(kp.tma_do.with(*bar_do), tdOgdO(_, m), tdOsdO(_, st.index()));
+      copy(kp.tma_do.with(*bar_do, 0, bwd_hint_qdo()), tdOgdO(_, m), tdOsdO(_, st.index()));
       copy_scratch_rows<Traits>(p.delta_ptr + scratch_row0, kDeltaPad, m, p.seqlen_q_rounded, bar_do, sm.delta + st.index() * kM);
       ++st;
     }

@@ -116,4 +116,13 @@ struct BwdTma {
 template <class Traits, bool kCausal, bool kDropout>
 using BwdTmaFor = BwdTma<Traits, kStoreFirstOf<Traits, kCausal, kDropout>>;
 
+// L2 policy of the backward's Q / dO loads. FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS=1: FA3's, evict-last (every
+// K / V block of the head reads them again); 0 (default): evict-normal, as before (not yet measured).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS
+#define FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS 0
+#endif
+CUTE_HOST_DEVICE constexpr TMA::CacheHintSm90 bwd_hint_qdo() {
+  return FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS ? TMA::CacheHintSm90::EVICT_LAST : TMA::CacheHintSm90::EVICT_NORMAL;
+}
+
 }  // namespace flash::sm90
