@@ -17,12 +17,12 @@ export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/lib
 D=-DFLASH_ATTN_CUDA_SM90_
 UNITS="sm90_fwd_hdim128_bf16.o" \
 VARIANTS="clu:${D}FWD128_CLUSTER=2 c176:${D}FWD128_CLUSTER=2,${D}FWD128_NC_BLOCK_N=176 hint:${D}FWD_CACHE_HINTS=1" \
-ORDER=${ORDER:-"base1:base clu:clu c176:c176 hint:hint base2:base clu2:clu"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-45} \
+ORDER=${ORDER:-"base1:base clu:clu c176:c176 hint:hint base2:base clu2:clu"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-60} \
 BENCH="flash_attn_cuda.bench --directions fwd --hdims 128 --seqlens ${SEQLENS:-2048,8064,8192} --causal 0 --impls $IMPLS --order abba" \
 SMOKE="python3 scripts/sm90_persistent_smoke.py" TEST_VARIANT=clu TESTS="tests/test_attention_gpu.py tests/test_sm90_persistent_gpu.py -k sm90" \
-DEADLINE=${DEADLINE:-455} bash scripts/variants_gpu.sh
+DEADLINE=${DEADLINE:-470} bash scripts/variants_gpu.sh
 if [ -d /tmp/v_clu/flash_attn_cuda ]; then
   mkdir -p "$OUT/san"
-  ( cd /tmp/v_clu && OUT=$OUT/san timeout -k 5 ${SANITIZE_TIMEOUT:-120} bash scripts/sanitize.sh scripts/sanitize_sm90_fwd.py --hdims 128 )
+  ( cd /tmp/v_clu && OUT=$OUT/san timeout -k 5 ${SANITIZE_TIMEOUT:-100} bash scripts/sanitize.sh scripts/sanitize_sm90_fwd.py --hdims 128 )
   echo "sanitize rc=$?"
 fi
