@@ -9,6 +9,7 @@
 # compute-sanitizer (memcheck, racecheck, synccheck: ragged shapes, a cluster's second tile past seqlen_q)
 # on clu.
 #   OUT=$OUT scripts/fwd_cluster_gpu.sh     (carry [".whl", ".fa3"]; .fa3/libfa3ref.so from scripts/fa3_ref/build.sh)
+#   TEST_VARIANT= DEADLINE=380: without the pytest stage (smoke and sanitizer only; about 7.5 minutes)
 set -uo pipefail
 OUT=${OUT:-$PWD/fwdclu_out}
 export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/libfa3ref.so
@@ -19,7 +20,7 @@ UNITS="sm90_fwd_hdim128_bf16.o" \
 VARIANTS="clu:${D}FWD128_CLUSTER=2 c176:${D}FWD128_CLUSTER=2,${D}FWD128_NC_BLOCK_N=176 hint:${D}FWD_CACHE_HINTS=1" \
 ORDER=${ORDER:-"base1:base clu:clu c176:c176 hint:hint base2:base clu2:clu"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-60} \
 BENCH="flash_attn_cuda.bench --directions fwd --hdims 128 --seqlens ${SEQLENS:-2048,8064,8192} --causal 0 --impls $IMPLS --order abba" \
-SMOKE="python3 scripts/sm90_persistent_smoke.py" TEST_VARIANT=clu TESTS="tests/test_attention_gpu.py tests/test_sm90_persistent_gpu.py -k sm90" \
+SMOKE="python3 scripts/sm90_persistent_smoke.py" TEST_VARIANT=${TEST_VARIANT-clu} TESTS="tests/test_attention_gpu.py tests/test_sm90_persistent_gpu.py -k sm90" \
 DEADLINE=${DEADLINE:-470} bash scripts/variants_gpu.sh
 if [ -d /tmp/v_clu/flash_attn_cuda ]; then
   mkdir -p "$OUT/san"
