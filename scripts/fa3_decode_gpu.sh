@@ -29,7 +29,7 @@ TAILN=0 stage bwd ${BWD_TIMEOUT:-140} python3 -m flash_attn_cuda.bench --directi
 grep -E "^(#|\| )" "$OUT/res/fa3_bwd.md" | head -40
 TAILN=0 stage decode ${DECODE_TIMEOUT:-100} python3 -m flash_attn_cuda.bench_decode --heads 32:8,32:32 \
   --batches ${DECODE_BATCHES:-1,8,32,64} --seqlens ${DECODE_SEQLENS:-4k,32k,128k} --impls flash_attn_cuda,sdpa_cudnn \
-  --layouts contiguous,paged16 --prefix h200_dec24 --out "$OUT/res"
-grep -E "^\| [0-9]" "$OUT/res/h200_dec24_decode.md" | cut -c1-300
+  --layouts contiguous,paged16 --prefix dec24 --out "$OUT/res"
+grep -E "^\| [0-9]" "$OUT/res/dec24_decode.md" | cut -c1-300
 TAILN=6 stage tests 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kvcache_gpu.py
 gpu_finish
