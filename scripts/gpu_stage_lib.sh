@@ -34,6 +34,11 @@ gpu_build() {
   timeout -k 10 "${1:-260}" python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; brc=$?
   echo "build rc=$brc in $(( $(date +%s) - t0 )) s"
   [ $brc -eq 0 ] || { grep -E "error" "$OUT/build.log" | head -20; tail -20 "$OUT/build.log"; exit 1; }
+  # A build that compiled nothing (the objects were current) logs no nvcc line: keep the last log that has them,
+  # the command lines scripts/variants_gpu.sh recompiles units from (they are still the objects' commands).
+  if ! grep -q "nvcc" "$OUT/build.log" && grep -q "nvcc" build/last_build.log 2>/dev/null; then
+    cat build/last_build.log >> "$OUT/build.log"
+  fi
   mkdir -p build && cp "$OUT/build.log" build/last_build.log && echo "$config" > build/last_config
   if ls build/temp*/csrc/instantiations/sm90_*.o > /dev/null 2>&1; then
     python3 tools/check_sass.py --log "$OUT/build.log" build/temp*/csrc/instantiations/sm90_*.o 2>&1 | tail -3
