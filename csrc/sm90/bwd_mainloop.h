@@ -75,17 +75,29 @@ CUTE_DEVICE void mask_st(TensorS& s, TensorC const& tScS, int n0, int m0, int se
 // with lse_log2 the query block's rows; masked first where keys key0 .. key0 + kKeys reach past
 // seqlen_k or (causal) the block's last key n0 + kBlockN - 1 passes the bottom-right diagonal of
 // query row m0. Shared by both mainloops (bwd_mainloop_split.h: key0 = n0, kKeys = kBlockN).
-template <bool kCausal, int kKeys, int kBlockN, class TensorS, class TensorC>
-CUTE_DEVICE void st_to_pt(TensorS& s, TensorC const& tScS, const float* lse_log2, float scale_log2, int key0,
-                          int n0, int m0, int seqlen_q, int seqlen_k) {
-  const bool need_mask = key0 + kKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
-  if (need_mask) { mask_st<kCausal>(s, tScS, key0, m0, seqlen_q, seqlen_k); }
+// lse_col(c): LSE_log2 of this thread's query column c (st_to_pt: read from the block's rows in shared
+// memory, lse_log2; p_and_ds with kBwdStatsEarly: from registers loaded before the S^T wait).
+// Columns [kC0, kC1) only (kC1 < 0: to the last; the mask, over all columns, with the range that starts at 0).
+template <bool kCausal, int kKeys, int kBlockN, int kC0 = 0, int kC1 = -1, class TensorS, class TensorC, class LseCol>
+CUTE_DEVICE void st_to_pt_cols(TensorS& s, TensorC const& tScS, LseCol const& lse_col, float scale_log2, int key0,
+                               int n0, int m0, int seqlen_q, int seqlen_k) {
+  if constexpr (kC0 == 0) {
+    const bool need_mask = key0 + kKeys > seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+    if (need_mask) { mask_st<kCausal>(s, tScS, key0, m0, seqlen_q, seqlen_k); }
+  }
+  constexpr int kEnd = kC1 < 0 ? int(decltype(size<1>(s))::value) : kC1;
   CUTE_UNROLL
-  for (int c = 0; c < size<1>(s); ++c) {
-    const float l = lse_log2[get<1>(tScS(0, c))];
+  for (int c = kC0; c < kEnd; ++c) {
+    const float l = lse_col(c);
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
   }
+}
+template <bool kCausal, int kKeys, int kBlockN, class TensorS, class TensorC>
+CUTE_DEVICE void st_to_pt(TensorS& s, TensorC const& tScS, const float* lse_log2, float scale_log2, int key0,
+                          int n0, int m0, int seqlen_q, int seqlen_k) {
+  st_to_pt_cols<kCausal, kKeys, kBlockN>(s, tScS, [&](int c) { return lse_log2[get<1>(tScS(0, c))]; }, scale_log2,
+                                         key0, n0, m0, seqlen_q, seqlen_k);
 }
 
 // dQ partial sums to shared memory: st.shared.v2.f32 of the accumulator's column pairs (i, i + 1)
@@ -144,6 +156,31 @@ constexpr bool bwd_skip_masked_dropout(int headdim) {
 #define FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK 0
 #endif
 constexpr bool kBwdScheduleBlock = FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK != 0;
+// A partial form: FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT=k (k > 0, without SCHEDULE_BLOCK) computes P^T's first k
+// query columns of this thread (2 k exp2), ends the basic block, then the rest, which ptxas may again place
+// after the dP^T wait. FA3's d = 128 causal loop has 14 of its 32 exp2 before that wait (ours: 1; all 32 with
+// the block measured slower). d = 128 without dropout (BwdMainloop::kExpSplit). 8: 16 / 16 exp2 before / after
+// the wait in every d = 128 kernel, 0 spills, no C751x (nvcc 13.0). Not yet measured; 0 (default) leaves the
+// SASS unchanged.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT
+#define FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT 0
+#endif
+constexpr int kBwdExpSplit = FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT;
+static_assert(kBwdExpSplit == 0 || !kBwdScheduleBlock, "BWD_EXP_SPLIT is the partial form of BWD_SCHEDULE_BLOCK");
+
+// p_and_ds' LSE and D rows read from shared memory into registers right after dP^T is issued, before the
+// wait for S^T (FA3's order: its LSE loads sit among the S^T issue, its dPsum loads before the dP^T wait).
+// Without it the LDS of each come after their GEMM's wait, on the path to the first exp2 / dS (the SASS
+// of the d = 128 causal loop: LSE loads right after the S^T wait, D loads after the dP^T wait; twenty-fourth
+// session, benchmarks/NOTES.md). size<1>(S^T) registers each held across the waits (d = 128: 16).
+// FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY: 0 off (default; its SASS unchanged), 1 LSE only, 2 LSE and D; causal
+// kernels only (BwdMainloop::kStatsEarly). Not yet measured. ptxas, nvcc 13.0, d = 128: 1 causal 0 spills;
+// 1 non-causal: wgmma serialised (C7512, registers); 2: 20 B (causal) / 32 B (non-causal) spilled.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY
+#define FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY 0
+#endif
+constexpr bool kBwdStatsEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 1;       // LSE_log2
+constexpr bool kBwdDeltaEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 2;       // and D
 
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
@@ -165,6 +202,11 @@ struct BwdMainloop {
   // These tiles also wait for dV's GEMM before issuing dQ's, so rP and the dQ accumulators (kBlockM / 2
   // registers each) are never live together.
   static constexpr bool kPRounded = kBlockM > 64 && !kDropout;
+  // kBwdStatsEarly / kBwdDeltaEarly where they compile without spills or serialised wgmma (causal, d = 128).
+  static constexpr bool kStatsEarly = kBwdStatsEarly && kCausal;
+  static constexpr bool kDeltaEarly = kBwdDeltaEarly && kCausal;
+  // kBwdExpSplit where it was compiled and checked (d = 128 without dropout: 16 + 16 exp2 around the wait).
+  static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -251,10 +293,37 @@ struct BwdMainloop {
       pipe_do.consumer_wait(sdo);
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
       const int m0 = walk.tile(m) * kBlockM;
+      constexpr int kCols = decltype(size<1>(s))::value;  // this thread's query columns of S^T
+      [[maybe_unused]] float lse_r[kCols], delta_r[kCols];  // kBwdStatsEarly: LSE_log2, D of those columns
+      if constexpr (kStatsEarly) {  // Q's and dO's stages have landed (their waits came before the issues)
+        const float* lse = sm.lse_log2 + sq.index() * kBlockM;
+        [[maybe_unused]] const float* dlt = sm.delta + sdo.index() * kBlockM;
+        CUTE_UNROLL
+        for (int c = 0; c < kCols; ++c) {
+          lse_r[c] = lse[get<1>(tScS_rc(0, c))];
+          if constexpr (kDeltaEarly) { delta_r[c] = dlt[get<1>(tScS_rc(0, c))]; }
+        }
+      }
       warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
-      st_to_pt<kCausal, kWGKeys, kBlockN>(s, tScS_rc, sm.lse_log2 + sq.index() * kBlockM, scale_log2, key0, n0, m0,
-                                          seqlen_q, seqlen_k);
+      const float* lse_s = sm.lse_log2 + sq.index() * kBlockM;
+      const auto lse_col = [&](int c) { return kStatsEarly ? lse_r[c] : lse_s[get<1>(tScS_rc(0, c))]; };
+      if constexpr (kExpSplit > 0) {  // columns [0, k), the block's end, columns [k, kCols)
+        static_assert(kExpSplit < kCols, "BWD_EXP_SPLIT: fewer columns than the thread has");
+        st_to_pt_cols<kCausal, kWGKeys, kBlockN, 0, kExpSplit>(s, tScS_rc, lse_col, scale_log2, key0, n0, m0,
+                                                                  seqlen_q, seqlen_k);
+        uint32_t any = 0;  // as kBwdScheduleBlock's: the branch on the computed P^T words
+        CUTE_UNROLL
+        for (int c = 0; c < kExpSplit; ++c) {
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(s); ++r) { any |= __float_as_uint(s(r, c)); }
+        }
+        end_block_before_wait(int(any));
+        st_to_pt_cols<kCausal, kWGKeys, kBlockN, kExpSplit>(s, tScS_rc, lse_col, scale_log2, key0, n0, m0,
+                                                               seqlen_q, seqlen_k);
+      } else {
+        st_to_pt_cols<kCausal, kWGKeys, kBlockN>(s, tScS_rc, lse_col, scale_log2, key0, n0, m0, seqlen_q, seqlen_k);
+      }
       if constexpr (kPRounded) {                  // P^T's fp32 registers free before dP^T lands
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
@@ -277,7 +346,12 @@ struct BwdMainloop {
       const float* delta = sm.delta + sdo.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp); ++c) {
-        const float dd = delta[get<1>(tScS_rc(0, c))];
+        float dd;
+        if constexpr (kDeltaEarly) {
+          dd = delta_r[c];
+        } else {
+          dd = delta[get<1>(tScS_rc(0, c))];
+        }
         CUTE_UNROLL
         for (int r = 0; r < size<0>(dp); ++r) {
           if constexpr (kDropout) {  // dropped: dS = -P D and P^T o M = 0

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: the sm90 d = 128 backward's options taken from FA3's loop (csrc/sm90/bwd_mainloop.h,
+# bwd_tma.h; benchmarks/NOTES.md "Twenty-fourth session"), as compile-time variants of the unit
+# sm90_bwd_hdim128_bf16 (scripts/variants_gpu.sh), FA3 (scripts/fa3_ref) and cuDNN in every run:
+#   se1:  FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY=1 (causal: LSE into registers before the S^T wait)
+#   sp8:  FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT=8 (16 of 32 exp2 before the dP^T wait, as FA3's 14)
+#   both: the two together
+#   bh:   FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS=1 (Q / dO evict-last, as FA3)
+# Runs base / se1 / sp8 / both / bh / base, backward (and fwd+bwd) at 2k / 8k, causal and not; then the sm90
+# backward tests on `both`.
+#   OUT=$OUT scripts/bwd_fa3_options_gpu.sh     (carry [".whl", ".fa3"]; about 8 minutes on an H100)
+set -uo pipefail
+OUT=${OUT:-$PWD/bwdfa3_out}
+export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1 FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/libfa3ref.so
+[ -f "$FLASH_ATTN_CUDA_BENCH_FA3_LIB" ] && IMPLS=flash_attn_cuda,fa3_ref,sdpa_cudnn || IMPLS=flash_attn_cuda,sdpa_cudnn
+D=-DFLASH_ATTN_CUDA_SM90_
+UNITS="sm90_bwd_hdim128_bf16.o" \
+VARIANTS="se1:${D}BWD_STATS_EARLY=1 sp8:${D}BWD_EXP_SPLIT=8 both:${D}BWD_STATS_EARLY=1,${D}BWD_EXP_SPLIT=8 bh:${D}BWD_CACHE_HINTS=1" \
+ORDER=${ORDER:-"base1:base se1:se1 sp8:sp8 both:both bh:bh base2:base"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-50} \
+BENCH="flash_attn_cuda.bench --directions bwd --hdims 128 --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order abba" \
+TEST_VARIANT=${TEST_VARIANT-both} TESTS="tests/test_sm90_bwd_gpu.py" DEADLINE=${DEADLINE:-540} bash scripts/variants_gpu.sh
