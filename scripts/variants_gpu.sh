@@ -3,7 +3,7 @@
 # forward + KV cache, archs 90;90a; override with the FLASH_ATTN_CUDA_* variables), then per variant
 # recompiles only UNITS (object names of the build) from the build log's own nvcc lines plus the
 # variant's -D flags, relinks into a copy of the package under /tmp/v_<name>/, and runs BENCH (a
-# module and its arguments; --prefix h200_<tag> --out are appended) from that copy. ORDER lists
+# module and its arguments; --prefix <gpu>_<tag> --out are appended, gpu h100 / h200 / gpu) from that copy. ORDER lists
 # tag:variant[:ENV=VAL,...] runs (default: base, each variant, base again; base = the build itself; the
 # settings are exported for that run only, e.g. base1w:base:FLASH_ATTN_CUDA_DECODE_WIDE=1). Benchmarks
 # check every impl against the float32 reference before timing it.
@@ -73,13 +73,18 @@ if [ -n "${SMOKE:-}" ]; then
     [ $rc -eq 0 ] || rm -f /tmp/v_$n/flash_attn_cuda/_C*.so
   done
 fi
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in  # the results' file prefix
+  *H200*) GPU_SLUG=h200 ;;
+  *H100*) GPU_SLUG=h100 ;;
+  *) GPU_SLUG=gpu ;;
+esac
 run_bench() {  # run_bench TAG NAME [ENV=VAL,...] (base: the build itself; the settings hold for this run only)
   local dir=$PWD
   [ "$2" = base ] || dir=/tmp/v_$2
   ls "$dir"/flash_attn_cuda/_C*.so > /dev/null 2>&1 || { echo "== bench_$1 skipped: no build in $dir"; return 1; }
   [ -z "${3:-}" ] || echo "== bench_$1 with ${3//,/ }"
   ( cd "$dir" && for kv in $(echo "${3:-}" | tr ',' ' '); do export "$kv"; done
-    PYTHONPATH=$PWD TAILN=0 stage bench_$1 ${BENCH_TIMEOUT:-90} python3 -m $BENCH --prefix h200_$1 --out "$OUT/res" )
+    PYTHONPATH=$PWD TAILN=0 stage bench_$1 ${BENCH_TIMEOUT:-90} python3 -m $BENCH --prefix ${GPU_SLUG}_$1 --out "$OUT/res" )
 }
 ORDER=${ORDER:-"base1:base $(for v in $VARIANTS; do echo -n "${v%%:*}:${v%%:*} "; done) base2:base"}
 for o in $ORDER; do  # TAG:NAME or TAG:NAME:ENV=VAL[,ENV=VAL]
@@ -87,7 +92,7 @@ for o in $ORDER; do  # TAG:NAME or TAG:NAME:ENV=VAL[,ENV=VAL]
 done
 for o in $ORDER; do
   t=${o%%:*}; echo "## $t"
-  for f in "$OUT/res/h200_${t}.md" "$OUT/res/h200_${t}_"*.md; do [ -f "$f" ] || continue; grep -E "^\| [0-9]" "$f" | cut -c1-${SUMMARY_COLS:-400}; grep -il mismatch "$f"; done
+  for f in "$OUT/res/${GPU_SLUG}_${t}.md" "$OUT/res/${GPU_SLUG}_${t}_"*.md; do [ -f "$f" ] || continue; grep -E "^\| [0-9]" "$f" | cut -c1-${SUMMARY_COLS:-400}; grep -il mismatch "$f"; done
 done
 if [ -n "${TEST_VARIANT:-}" ]; then
   ( cd /tmp/v_$TEST_VARIANT && PYTHONPATH=$PWD TAILN=4 stage tests_$TEST_VARIANT 150 python3 -m pytest -q -p no:cacheprovider -rfE ${TESTS:-tests/test_kvcache_gpu.py} )
