@@ -154,7 +154,9 @@ CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
 #endif
 }
 // FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS=1: paged K/V copies look a page up once per 16-row group of a thread's
-// rows, or once per K/V block (decode_kernel.h load_kv_paged). Off by default until measured; 0 compiles the default SASS.
+// rows, or once per K/V block (decode_kernel.h load_kv_paged). Measured slower, off (0 compiles the default
+// SASS): H100 SXM, GQA / MHA d = 128, paged16 with the tile rule -6 .. -13 % at batch 1 x 1k-32k and 8 x 1k,
+// up to -23 % with the wide tile forced, +0.8-1.6 % at batch 32 (results/history/h100_pagepairs_*).
 #ifndef FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS
 #define FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS 0
 #endif

@@ -71,7 +71,10 @@ struct FwdTile<64> {
 // 3 stages (224 KB, cuDNN's kernel uses 227 KB; Python bench, same run as cuDNN, 2026-12-03,
 // results/history/h200_fwd_s3_*): 512.7 / 587.0 / 613.0, causal 370.4 / 518.2 / 610.1 against 2 stages'
 // 559.8 and 517.0 (two runs) / 592.1 / 613.2, causal 371.2 / 519.8 / 608.3: no gain, 2 stays.
-// Non-causal options, FA3's d = 128 non-causal configuration (not yet measured here; off):
+// Non-causal options, FA3's d = 128 non-causal configuration (off; measured, H100 SXM, bf16, against the mean
+// of two base runs in one call, FA3 and cuDNN in each run, results/history/h100_fwdclu_*: cluster -0.2 / +1.5 /
+// +0.3 % at 2048 / 8064 / 8192, cluster + 176 keys -2.7 / +2.9 / +1.2 %; FA3's own 8064 (no cluster) ran at or
+// above its 8192 (cluster), so the cluster is not where FA3's 2-5 % lead comes from):
 // FLASH_ATTN_CUDA_SM90_FWD128_NC_BLOCK_N: the non-causal kernel's keys per block (FA3: 176; our 128 x 176
 // without a cluster measured above). FLASH_ATTN_CUDA_SM90_FWD128_CLUSTER=2: the non-causal persistent
 // kernel runs in clusters of two CTAs on adjacent query tiles of one head, each CTA loading half of
