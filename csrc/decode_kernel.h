@@ -153,14 +153,6 @@ CUTE_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
 #endif
 #endif
 }
-// FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS=1: paged K/V copies look a page up once per 16-row group of a thread's
-// rows, or once per K/V block (decode_kernel.h load_kv_paged). Measured slower, off (0 compiles the default
-// SASS): H100 SXM, GQA / MHA d = 128, paged16 with the tile rule -6 .. -13 % at batch 1 x 1k-32k and 8 x 1k,
-// up to -23 % with the wide tile forced, +0.8-1.6 % at batch 32 (results/history/h100_pagepairs_*).
-#ifndef FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS
-#define FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS 0
-#endif
-
 // 4-byte cp.async (through L1: the block_table entries of one page are read by many rows).
 CUTE_DEVICE void cp_async_4(int* smem, const int* gmem, bool pred) {
   SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint32_t>::copy(*reinterpret_cast<const uint32_t*>(gmem),
@@ -326,79 +318,32 @@ __global__ void __launch_bounds__(Traits::kNThreads) decode_kernel(__grid_consta
   };
   // Paged: no branch per chunk (a row past the sequence reads its zero-filled entry, page 0, and
   // copies nothing); the row inside the page by mask (kPow2, a uniform branch per block picks it)
-  // or by division (page sizes that are not powers of two).
-  // FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS: fewer block_table lookups. A thread's rows of a K/V block come
-  // kRowsPerIter apart (one column per thread), so when the block's first slot is a multiple of 16
-  // (leftpad % 16 == 0; kBlockN % 16 == 0) kPageShare consecutive iterations' rows lie in one 16-row group
-  // of slots, i.e. in one page when page_size % 16 == 0 (the API's page sizes); when page_size and leftpad
-  // are multiples of kBlockN, the whole block lies in one page. kGroup iterations then take one
-  // block_table entry, clamp and row computation (their first row's), the next rows a row-stride add.
-  // d = 128: 16 lookups per K/V block and thread become 8 (16-row groups) or 1 (page_size % 64 / 128 ==
-  // 0 for the base / wide tile). SASS (nvcc 13.0, d = 128 bf16, the paged kernels' main-loop copy block
-  // with a power-of-two page; the rest of the loop body is 464 / 343 instructions): wide tile 589 -> 376
-  // (16-row groups) / 212 (one page per block) instructions; base tile 281 -> 178 / 133. 0 spills.
-  constexpr int kRowsPerIter = kFixedCol ? Traits::kNThreads / kChunks : 1;
-  constexpr int kPageShare = kFixedCol && kRowsPerIter < 16 && 16 % kRowsPerIter == 0 ? 16 / kRowsPerIter : 1;
-  static_assert(kBlockN % 16 == 0 && kKvIters % kPageShare == 0);
-  // group: Int<1> (a lookup per row), Int<kPageShare> or Int<kKvIters> (above).
-  auto load_kv_paged = [&](int n, int stage, auto pow2, auto group) {
+  // or by division (page sizes that are not powers of two). One lookup per 16-row group of a thread's rows,
+  // or per block, instead of one per row was tried and removed: paged16 6-13 % slower at batch 1 / 8, up to
+  // 23 % with the wide tile (H100, benchmarks/NOTES.md "Twenty-fourth session", DECODE_PAGE_PAIRS).
+  auto load_kv_paged = [&](int n, int stage, auto pow2) {
     constexpr bool kPow2 = decltype(pow2)::value;
-    constexpr int kGroup = decltype(group)::value;  // iterations per page lookup
     Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
     Tensor sV = make_tensor(make_smem_ptr(v_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)
     const int* pages = page_ring + (n - n_begin) % kPageSlots * kBlockN;  // (kBlockN,) of block n
-    if constexpr (kGroup == 1) {
-      CUTE_UNROLL
-      for (int it = 0; it < kKvIters; ++it) {
-        const int r = chunk_row(it), col = chunk_col(it), key = n * kBlockN + r, slot = seq.leftpad + key;
-        const bool ok = key < seq.seqlen_k && col < params.headdim;
-        const int page = min(max(pages[r], 0), params.num_pages - 1);  // a bad block_table reads a wrong page, never outside
-        const int row = kPow2 ? slot & (params.page_size - 1) : slot % params.page_size;
-        const int64_t k_off = page * params.k_batch_stride + int64_t(row) * params.k_row_stride + k_col_of(it);
-        const int64_t v_off = page * params.v_batch_stride + int64_t(row) * params.v_row_stride + v_col_of(it);
-        cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
-        cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
-      }
-    } else {
-      static_assert(kFixedCol && kKvIters % kGroup == 0, "grouped rows need one column per thread");
-      CUTE_UNROLL
-      for (int it0 = 0; it0 < kKvIters; it0 += kGroup) {
-        const int r0 = chunk_row(it0), slot0 = seq.leftpad + n * kBlockN + r0;
-        const int page = min(max(pages[r0], 0), params.num_pages - 1);  // as above
-        const int row0 = kPow2 ? slot0 & (params.page_size - 1) : slot0 % params.page_size;
-        const int64_t k_row0 = page * params.k_batch_stride + int64_t(row0) * params.k_row_stride + k_col0;
-        const int64_t v_row0 = page * params.v_batch_stride + int64_t(row0) * params.v_row_stride + v_col0;
-        CUTE_UNROLL
-        for (int j = 0; j < kGroup; ++j) {  // row r0 + j * kRowsPerIter: row0 + j * kRowsPerIter of the same page
-          const int r = r0 + j * kRowsPerIter, key = n * kBlockN + r;
-          const bool ok = key < seq.seqlen_k && col0 < params.headdim;
-          const int64_t rows = int64_t(j * kRowsPerIter);
-          cp_async_16(&sK(r, col0), static_cast<const Element*>(params.k_ptr) + k_row0 + rows * params.k_row_stride, ok);
-          cp_async_16(&sV(r, col0), static_cast<const Element*>(params.v_ptr) + v_row0 + rows * params.v_row_stride, ok);
-        }
-      }
+    CUTE_UNROLL
+    for (int it = 0; it < kKvIters; ++it) {
+      const int r = chunk_row(it), col = chunk_col(it), key = n * kBlockN + r, slot = seq.leftpad + key;
+      const bool ok = key < seq.seqlen_k && col < params.headdim;
+      const int page = min(max(pages[r], 0), params.num_pages - 1);  // a bad block_table reads a wrong page, never outside
+      const int row = kPow2 ? slot & (params.page_size - 1) : slot % params.page_size;
+      const int64_t k_off = page * params.k_batch_stride + int64_t(row) * params.k_row_stride + k_col_of(it);
+      const int64_t v_off = page * params.v_batch_stride + int64_t(row) * params.v_row_stride + v_col_of(it);
+      cp_async_16(&sK(r, col), static_cast<const Element*>(params.k_ptr) + k_off, ok);
+      cp_async_16(&sV(r, col), static_cast<const Element*>(params.v_ptr) + v_off, ok);
     }
   };
   auto load_kv = [&](int n, int stage) {
     if constexpr (kPaged) {
-      auto by_row = [&](auto group) {
-        if (params.page_shift >= 0) {
-          load_kv_paged(n, stage, cute::true_type{}, group);
-        } else {
-          load_kv_paged(n, stage, cute::false_type{}, group);
-        }
-      };
-      // d = 256 left out: its paged kernel spills 112 B by default and 232 B with the groups (ptxas 13.0).
-      if constexpr (FLASH_ATTN_CUDA_DECODE_PAGE_PAIRS && kPageShare > 1 && kHeadDim <= 128) {
-        if (params.page_size % kBlockN == 0 && seq.leftpad % kBlockN == 0) {
-          load_kv_paged(n, stage, cute::false_type{}, Int<kKvIters>{});  // one row computation per block
-        } else if (params.page_size % 16 == 0 && seq.leftpad % 16 == 0) {
-          by_row(Int<kPageShare>{});
-        } else {
-          by_row(Int<1>{});
-        }
+      if (params.page_shift >= 0) {
+        load_kv_paged(n, stage, cute::true_type{});
       } else {
-        by_row(Int<1>{});
+        load_kv_paged(n, stage, cute::false_type{});
       }
     } else {
       Tensor sK = make_tensor(make_smem_ptr(k_smem(stage)), typename Traits::SmemLayoutKV{});  // (kBlockN, d)

@@ -93,6 +93,19 @@ CUTE_DEVICE void st_to_pt_cols(TensorS& s, TensorC const& tScS, LseCol const& ls
     for (int r = 0; r < size<0>(s); ++r) { s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -l)); }
   }
 }
+// The basic block ends after P^T's columns [0, kC1) (wg_gemm.h end_block_before_wait), on a branch on the OR
+// of those P^T words: with an opaque int alone ptxas sank 13 of the 32 exp2 below the boundary. P^T >= 0, so
+// the sign bit is set only by a NaN (then the membar merely runs).
+template <int kC1, class TensorS>
+CUTE_DEVICE void end_block_after_cols(TensorS const& s) {
+  uint32_t any = 0;
+  CUTE_UNROLL
+  for (int c = 0; c < kC1; ++c) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s); ++r) { any |= __float_as_uint(s(r, c)); }
+  }
+  end_block_before_wait(int(any));
+}
 template <bool kCausal, int kKeys, int kBlockN, class TensorS, class TensorC>
 CUTE_DEVICE void st_to_pt(TensorS& s, TensorC const& tScS, const float* lse_log2, float scale_log2, int key0,
                           int n0, int m0, int seqlen_q, int seqlen_k) {
@@ -294,31 +307,24 @@ struct BwdMainloop {
       wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
       const int m0 = walk.tile(m) * kBlockM;
       constexpr int kCols = decltype(size<1>(s))::value;  // this thread's query columns of S^T
-      [[maybe_unused]] float lse_r[kCols], delta_r[kCols];  // kBwdStatsEarly: LSE_log2, D of those columns
+      const float* lse_s = sm.lse_log2 + sq.index() * kBlockM;  // (kBlockM,) of this step
+      const float* delta = sm.delta + sdo.index() * kBlockM;    // (kBlockM,)
+      [[maybe_unused]] float lse_r[kCols], delta_r[kCols];  // kStatsEarly: LSE_log2, D of those columns
       if constexpr (kStatsEarly) {  // Q's and dO's stages have landed (their waits came before the issues)
-        const float* lse = sm.lse_log2 + sq.index() * kBlockM;
-        [[maybe_unused]] const float* dlt = sm.delta + sdo.index() * kBlockM;
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
-          lse_r[c] = lse[get<1>(tScS_rc(0, c))];
-          if constexpr (kDeltaEarly) { delta_r[c] = dlt[get<1>(tScS_rc(0, c))]; }
+          lse_r[c] = lse_s[get<1>(tScS_rc(0, c))];
+          if constexpr (kDeltaEarly) { delta_r[c] = delta[get<1>(tScS_rc(0, c))]; }
         }
       }
       warpgroup_wait<1>();                        // S^T done (in flight: dP^T)
       warpgroup_fence_operand(tSrS);
-      const float* lse_s = sm.lse_log2 + sq.index() * kBlockM;
       const auto lse_col = [&](int c) { return kStatsEarly ? lse_r[c] : lse_s[get<1>(tScS_rc(0, c))]; };
       if constexpr (kExpSplit > 0) {  // columns [0, k), the block's end, columns [k, kCols)
         static_assert(kExpSplit < kCols, "BWD_EXP_SPLIT: fewer columns than the thread has");
         st_to_pt_cols<kCausal, kWGKeys, kBlockN, 0, kExpSplit>(s, tScS_rc, lse_col, scale_log2, key0, n0, m0,
                                                                   seqlen_q, seqlen_k);
-        uint32_t any = 0;  // as kBwdScheduleBlock's: the branch on the computed P^T words
-        CUTE_UNROLL
-        for (int c = 0; c < kExpSplit; ++c) {
-          CUTE_UNROLL
-          for (int r = 0; r < size<0>(s); ++r) { any |= __float_as_uint(s(r, c)); }
-        }
-        end_block_before_wait(int(any));
+        end_block_after_cols<kExpSplit>(s);
         st_to_pt_cols<kCausal, kWGKeys, kBlockN, kExpSplit>(s, tScS_rc, lse_col, scale_log2, key0, n0, m0,
                                                                seqlen_q, seqlen_k);
       } else {
@@ -328,14 +334,7 @@ struct BwdMainloop {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
-      if constexpr (kBwdScheduleBlock) {  // P^T issued before the dP^T wait (wg_gemm.h end_block_before_wait)
-        // The branch on the OR of every P^T word: with an opaque int alone ptxas sank 13 of the 32 exp2 below
-        // the boundary. P^T >= 0, so the sign bit is set only by a NaN (then the membar merely runs).
-        uint32_t any = 0;
-        CUTE_UNROLL
-        for (int j = 0; j < size(tSrS); ++j) { any |= __float_as_uint(tSrS(j)); }
-        end_block_before_wait(int(any));
-      }
+      if constexpr (kBwdScheduleBlock) { end_block_after_cols<kCols>(s); }  // every P^T before the dP^T wait
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)
@@ -343,7 +342,6 @@ struct BwdMainloop {
         cutlass::arch::NamedBarrier::sync(BwdDropoutT::kThreads, uint32_t(BwdBarrier::kMaskWG0) + cwg);
         BwdDropoutT::read(flags, drop.smask, tid);
       }
-      const float* delta = sm.delta + sdo.index() * kBlockM;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp); ++c) {
         float dd;

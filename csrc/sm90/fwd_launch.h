@@ -73,24 +73,29 @@ cudaError_t launch_fwd_persistent(const typename FwdTma<Traits, kClusterM>::Para
 }
 #endif
 
-template <class Traits, bool kCausal, bool kDropout>
-cudaError_t launch_fwd_kernel(const typename FwdTma<Traits>::Params& kp, cudaStream_t stream) {
+// kClusterM > 1: the persistent kernel in clusters (fwd_persistent.h); the one-tile kernel has none.
+template <class Traits, bool kCausal, bool kDropout, int kClusterM = 1>
+cudaError_t launch_fwd_kernel(const FwdParams& params, cudaStream_t stream) {
 #if defined(FLASH_ATTN_CUDA_SM90_PERSISTENT) && defined(FLASH_ATTN_CUDA_SM90_NO_ONE_TILE)
-  return launch_fwd_persistent<Traits, kCausal, kDropout>(kp, stream);  // 0 CTAs: one per SM
+  return launch_fwd_persistent<Traits, kCausal, kDropout, kClusterM>(  // 0 CTAs: one per SM
+      FwdTma<Traits, kClusterM>::make_params(params), stream);
 #elif defined(FLASH_ATTN_CUDA_SM90_NO_ONE_TILE)
   static_assert(sizeof(Traits) == 0, "an sm90 forward build needs the persistent or the one-tile kernel");
 #else
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
-  if (kp.p.sm90_persistent_ctas != 0) { return launch_fwd_persistent<Traits, kCausal, kDropout>(kp, stream); }
+  if (params.sm90_persistent_ctas != 0) {
+    return launch_fwd_persistent<Traits, kCausal, kDropout, kClusterM>(FwdTma<Traits, kClusterM>::make_params(params),
+                                                                        stream);
+  }
 #else
-  if (kp.p.sm90_persistent_ctas != 0) { return cudaErrorNotSupported; }  // not built: never the wrong kernel
+  if (params.sm90_persistent_ctas != 0) { return cudaErrorNotSupported; }  // not built: never the wrong kernel
 #endif
+  const auto kp = FwdTma<Traits>::make_params(params);
   auto kernel = &fwd_kernel<Traits, kCausal, kDropout>;
   constexpr int kSmem = Traits::kSmemBytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) { return err; }
-  const FwdParams& p = kp.p;
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.nheads, p.batch);
+  const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.nheads, params.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(kp);
   return cudaGetLastError();
 #endif
@@ -104,26 +109,9 @@ template <class Traits, bool kDropout = false, class TraitsCausal = Traits, int 
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
   if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
-  if (is_causal(params)) {
-    return launch_fwd_kernel<TraitsCausal, true, kDropout>(FwdTma<TraitsCausal>::make_params(params), stream);
-  }
-  if constexpr (kClusterMNonCausal > 1) {  // (the default build's units compile no non-causal kernel without it)
-    static_assert(!kDropout, "clusters: the kernel without dropout");
-#if defined(FLASH_ATTN_CUDA_SM90_PERSISTENT) && defined(FLASH_ATTN_CUDA_SM90_NO_ONE_TILE)
-    return launch_fwd_persistent<Traits, false, false, kClusterMNonCausal>(
-        FwdTma<Traits, kClusterMNonCausal>::make_params(params), stream);
-#else
-#ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
-    if (params.sm90_persistent_ctas != 0) {
-      return launch_fwd_persistent<Traits, false, false, kClusterMNonCausal>(
-          FwdTma<Traits, kClusterMNonCausal>::make_params(params), stream);
-    }
-#endif
-    return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
-#endif
-  } else {
-    return launch_fwd_kernel<Traits, false, kDropout>(FwdTma<Traits>::make_params(params), stream);
-  }
+  static_assert(kClusterMNonCausal == 1 || !kDropout, "clusters: the kernel without dropout");
+  if (is_causal(params)) { return launch_fwd_kernel<TraitsCausal, true, kDropout>(params, stream); }
+  return launch_fwd_kernel<Traits, false, kDropout, kClusterMNonCausal>(params, stream);
 }
 
 template <typename Element, int kHeadDim, bool kDropout, bool kShortCausal>
@@ -136,7 +124,7 @@ cudaError_t run_fwd_(const FwdParams& params, cudaStream_t stream) {
                   "fwd_api.h fwd_short_causal's tile rows");
     if (needs_dropout(params) || !is_causal(params)) { return cudaErrorInvalidValue; }
     if (params.seqlen_q <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
-    return launch_fwd_kernel<Traits, true, false>(FwdTma<Traits>::make_params(params), stream);
+    return launch_fwd_kernel<Traits, true, false>(params, stream);
   } else {
 #ifdef FLASH_ATTN_CUDA_SM90_PERSISTENT
     static_assert(!kDynamicNonCausal<FwdTraitsFor<Element, kHeadDim, kDropout>> ||
