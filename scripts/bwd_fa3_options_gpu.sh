@@ -11,8 +11,9 @@
 #   OUT=$OUT scripts/bwd_fa3_options_gpu.sh     (carry [".whl", ".fa3"]; about 8 minutes on an H100)
 set -uo pipefail
 OUT=${OUT:-$PWD/bwdfa3_out}
-export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1 FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/libfa3ref.so
-[ -f "$FLASH_ATTN_CUDA_BENCH_FA3_LIB" ] && IMPLS=flash_attn_cuda,fa3_ref,sdpa_cudnn || IMPLS=flash_attn_cuda,sdpa_cudnn
+export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1
+. "$(dirname "$0")/gpu_stage_lib.sh"
+fa3_impls
 D=-DFLASH_ATTN_CUDA_SM90_
 UNITS="sm90_bwd_hdim128_bf16.o" \
 VARIANTS="se1:${D}BWD_STATS_EARLY=1 sp8:${D}BWD_EXP_SPLIT=8 both:${D}BWD_STATS_EARLY=1,${D}BWD_EXP_SPLIT=8 bh:${D}BWD_CACHE_HINTS=1" \

@@ -17,9 +17,8 @@ DEADLINE=${DEADLINE:-585}
 export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYPES=bf16 \
   FLASH_ATTN_CUDA_FEATURES=0 FLASH_ATTN_CUDA_SMEM_TILES=0 MAX_JOBS=16
 gpu_build 240
-export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/libfa3ref.so
+fa3_impls
 nvidia-smi --query-gpu=name --format=csv,noheader
-IMPLS=flash_attn_cuda,fa3_ref,sdpa_cudnn
 TAILN=0 stage fwd_cluster ${FWD_TIMEOUT:-100} python3 -m flash_attn_cuda.bench --directions fwd --hdims 128 \
   --seqlens ${FWD_SEQLENS:-1920,2048,3968,4096,8064,8192} --causal 0 --impls $IMPLS --order abba --out "$OUT/res" \
   --prefix fa3_cluster

@@ -12,9 +12,9 @@
 #   TEST_VARIANT= DEADLINE=380: without the pytest stage (smoke and sanitizer only; about 7.5 minutes)
 set -uo pipefail
 OUT=${OUT:-$PWD/fwdclu_out}
-export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/libfa3ref.so
-[ -f "$FLASH_ATTN_CUDA_BENCH_FA3_LIB" ] || echo "no $FLASH_ATTN_CUDA_BENCH_FA3_LIB: the runs go on without FA3"
-[ -f "$FLASH_ATTN_CUDA_BENCH_FA3_LIB" ] && IMPLS=flash_attn_cuda,fa3_ref,sdpa_cudnn || IMPLS=flash_attn_cuda,sdpa_cudnn
+export OUT FLASH_ATTN_CUDA_KVCACHE=0
+. "$(dirname "$0")/gpu_stage_lib.sh"
+fa3_impls
 D=-DFLASH_ATTN_CUDA_SM90_
 UNITS="sm90_fwd_hdim128_bf16.o" \
 VARIANTS="clu:${D}FWD128_CLUSTER=2 c176:${D}FWD128_CLUSTER=2,${D}FWD128_NC_BLOCK_N=176 hint:${D}FWD_CACHE_HINTS=1" \

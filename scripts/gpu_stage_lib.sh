@@ -64,3 +64,15 @@ gpu_finish() {
   rm -rf "$OUT"/*.log "$OUT/res"
   echo "total $(( $(date +%s) - T0 )) s"
 }
+
+# fa3_impls: IMPLS for the benchmarks, with FA3 (scripts/fa3_ref) where .fa3/libfa3ref.so was carried
+# (FLASH_ATTN_CUDA_BENCH_FA3_LIB exported), else ours and cuDNN only.
+fa3_impls() {
+  export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$PWD/.fa3/libfa3ref.so
+  if [ -f "$FLASH_ATTN_CUDA_BENCH_FA3_LIB" ]; then
+    IMPLS=flash_attn_cuda,fa3_ref,sdpa_cudnn
+  else
+    echo "no $FLASH_ATTN_CUDA_BENCH_FA3_LIB: the runs go on without FA3"
+    IMPLS=flash_attn_cuda,sdpa_cudnn
+  fi
+}

@@ -3,7 +3,7 @@
 # forward + KV cache, archs 90;90a; override with the FLASH_ATTN_CUDA_* variables), then per variant
 # recompiles only UNITS (object names of the build) from the build log's own nvcc lines plus the
 # variant's -D flags, relinks into a copy of the package under /tmp/v_<name>/, and runs BENCH (a
-# module and its arguments; --prefix <gpu>_<tag> --out are appended, gpu h100 / h200 / gpu) from that copy. ORDER lists
+# module and its arguments; --prefix <gpu>_<tag> --out are appended, <gpu> bench.gpu_slug's name of the GPU) from that copy. ORDER lists
 # tag:variant[:ENV=VAL,...] runs (default: base, each variant, base again; base = the build itself; the
 # settings are exported for that run only, e.g. base1w:base:FLASH_ATTN_CUDA_DECODE_WIDE=1). Benchmarks
 # check every impl against the float32 reference before timing it.
@@ -73,11 +73,9 @@ if [ -n "${SMOKE:-}" ]; then
     [ $rc -eq 0 ] || rm -f /tmp/v_$n/flash_attn_cuda/_C*.so
   done
 fi
-case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in  # the results' file prefix
-  *H200*) GPU_SLUG=h200 ;;
-  *H100*) GPU_SLUG=h100 ;;
-  *) GPU_SLUG=gpu ;;
-esac
+# The results' file prefix: the benchmarks' own name for this GPU (bench.gpu_slug, e.g. h200).
+GPU_SLUG=$(python3 -c "import torch; from flash_attn_cuda.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))" \
+  2>/dev/null || echo gpu)
 run_bench() {  # run_bench TAG NAME [ENV=VAL,...] (base: the build itself; the settings hold for this run only)
   local dir=$PWD
   [ "$2" = base ] || dir=/tmp/v_$2
