@@ -173,8 +173,12 @@ constexpr bool kBwdScheduleBlock = FLASH_ATTN_CUDA_SM90_BWD_SCHEDULE_BLOCK != 0;
 // query columns of this thread (2 k exp2), ends the basic block, then the rest, which ptxas may again place
 // after the dP^T wait. FA3's d = 128 causal loop has 14 of its 32 exp2 before that wait (ours: 1; all 32 with
 // the block measured slower). d = 128 without dropout (BwdMainloop::kExpSplit). 8: 16 / 16 exp2 before / after
-// the wait in every d = 128 kernel, 0 spills, no C751x (nvcc 13.0). Not yet measured; 0 (default) leaves the
-// SASS unchanged.
+// the wait in every d = 128 kernel, 0 spills, no C751x (nvcc 13.0).
+// Measured with the other backward options (twenty-fifth session, H100 SXM, d = 128 bf16, backward TFLOP/s at
+// 2k / 8k / causal 2k / causal 8k, base / options / base in one call with FA3 and cuDNN, results/history/
+// h100_bwdfa3opt.md): base 470.5 / 541.3 / 376.4 / 490.7 (mean of two runs); 8: 467.2 / 539.1 / 365.6 / 490.3, with
+// STATS_EARLY=1 468.4 / 533.4 / 376.8 / 491.5. No gain (FA3's order is not what its 5-11 % lead comes from):
+// 0 (default), the SASS unchanged.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT
 #define FLASH_ATTN_CUDA_SM90_BWD_EXP_SPLIT 0
 #endif
@@ -187,8 +191,10 @@ static_assert(kBwdExpSplit == 0 || !kBwdScheduleBlock, "BWD_EXP_SPLIT is the par
 // of the d = 128 causal loop: LSE loads right after the S^T wait, D loads after the dP^T wait; twenty-fourth
 // session, benchmarks/NOTES.md). size<1>(S^T) registers each held across the waits (d = 128: 16).
 // FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY: 0 off (default; its SASS unchanged), 1 LSE only, 2 LSE and D; causal
-// kernels only (BwdMainloop::kStatsEarly). Not yet measured. ptxas, nvcc 13.0, d = 128: 1 causal 0 spills;
+// kernels only (BwdMainloop::kStatsEarly). ptxas, nvcc 13.0, d = 128: 1 causal 0 spills;
 // 1 non-causal: wgmma serialised (C7512, registers); 2: 20 B (causal) / 32 B (non-causal) spilled.
+// Measured (see BWD_EXP_SPLIT above, same call): 1: 470.2 / 542.2 / 374.6 / 486.5 against the base's
+// 470.5 / 541.3 / 376.4 / 490.7: no gain, off.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY
 #define FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY 0
 #endif

@@ -117,7 +117,9 @@ template <class Traits, bool kCausal, bool kDropout>
 using BwdTmaFor = BwdTma<Traits, kStoreFirstOf<Traits, kCausal, kDropout>>;
 
 // L2 policy of the backward's Q / dO loads. FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS=1: FA3's, evict-last (every
-// K / V block of the head reads them again); 0 (default): evict-normal, as before (not yet measured).
+// K / V block of the head reads them again); 0 (default): evict-normal, as before. Measured (twenty-fifth
+// session, H100 SXM, d = 128 bf16, results/history/h100_bwdfa3opt.md, run bh): backward 471.6 / 540.8 / 373.7 /
+// 487.7 TFLOP/s at 2k / 8k / causal 2k / causal 8k against the base's 470.5 / 541.3 / 376.4 / 490.7: no gain.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS
 #define FLASH_ATTN_CUDA_SM90_BWD_CACHE_HINTS 0
 #endif

@@ -115,6 +115,33 @@ constexpr bool kFwdGuardMaskedOnly = FLASH_ATTN_CUDA_SM90_FWD_GUARD_MASKED_ONLY 
 #endif
 constexpr bool kFwdVTryWait = FLASH_ATTN_CUDA_SM90_FWD_V_TRY_WAIT != 0;
 
+// The overlap loop's PV wait inside the softmax: the exponentials of each row's first
+// FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT columns (of 32 at kBlockN = 128) before it, the rest after it, where
+// ptxas interleaves them with the O rescale (64 FMUL) and the P conversion (32 F2FP) that must wait for the
+// PV GEMM. Why: a SASS reading against FA3 (twenty-fifth session, benchmarks/NOTES.md): with every MUFU
+// before the wait ours ran 106 instructions between the wait and the next GEMM issue; FA3's wait sits after
+// 13-23 of its MUFU and its loop ends one F2FP after the last one. SASS with 8: 22 (non-causal) / 20 (causal)
+// of the loop's 66 MUFU before the wait, 0 spills, 168 registers, no wgmma serialisation.
+// Measured (H100 SXM, d = 128 bf16, forward TFLOP/s, three calls with base runs between the variants,
+// FA3 and cuDNN in each, results/history/h100_fwdsplit_*): non-causal 2k 595.7 (3 base runs) against 610.6 /
+// 609.5 / 608.6 (+2.4 %), 8k 626.2 against 643.6 / 644.3 / 644.4 (+2.9 %), causal 8k 577.5 against 597.8 /
+// 591.4 / 588.1 (+2.6 %); 1k and causal 1k / 2k within the runs' spread (causal 2k base 462-494). Split 4 / 12
+// measured the same to 1 % (non-causal 8k 651.6 / 641.3, 644.3), 16 no gain (626.7). With it ours / FA3 at
+// 2k / 8k: 1.00 / 0.98-1.01 (base runs 0.97-1.00 / 0.95-0.97). Bit-identical O and LSE (OnlineSoftmax::step_split).
+// 8 (default); 0 all exps before the wait (the earlier default). Without dropout, at the head dims of
+// FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT_DIMS (tuning_mode.h: 2, the default, d = 128; 1 every head dim, with the
+// block boundary that pins the wait, which d = 64 / 256 do not have by default; not yet measured there).
+#ifndef FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT
+#define FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT 8
+#endif
+#ifndef FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT_DIMS
+#define FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT_DIMS 2
+#endif
+constexpr int kFwdExpSplit = FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT;
+constexpr bool fwd_exp_split(int headdim) {
+  return kFwdExpSplit > 0 && tuning_mode_on<FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT_DIMS>(headdim, 128);
+}
+
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
   CUTE_DEVICE void operator()() const {}
@@ -129,6 +156,7 @@ struct FwdMainloop {
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kRows = 2;  // rows of S per thread (64-row wgmma accumulator)
   static_assert(!kDropout || dropout_tile(kBlockN), "dropout needs key blocks of whole 64-column Philox chunks");
+  static constexpr bool kExpSplit = !kDropout && fwd_exp_split(Traits::kHeadDim);
 
   // One tile per CTA (fwd_kernel.h): pipeline states from the start, warpgroup 0 takes the first
   // GEMM turn here.
@@ -264,21 +292,29 @@ struct FwdMainloop {
       pipe_k.consumer_release(st_k);
       ++st_k;
       if (n == n_min) { q_free(); }
-      if constexpr (kFwdGuardMaskedOnly) {
-        if (block_needs_mask<kBlockM, kBlockN, kCausal>(n, m0, seqlen_q, seqlen_k)) {
-          apply_mask<kCausal>(s, tScS_rc, row0, n * kBlockN, seqlen_q, seqlen_k);
-          softmax.step(s, corr);
-        } else {
-          softmax.template step<false>(s, corr);
-        }
-      } else {
+      // The PV GEMM's wait: the softmax issued before it (d = 128, fwd_schedule_block), or part of it (kExpSplit).
+      auto wait_pv = [&]() {
+        if constexpr (fwd_schedule_block(Traits::kHeadDim) || kExpSplit) { end_block_before_wait(seqlen_k); }
+        warpgroup_wait<0>();
+      };
+      if constexpr (kExpSplit) {
         mask(n);
-        softmax.step(s, corr);
+        softmax.template step_split<kFwdExpSplit>(s, corr, wait_pv);
+      } else {
+        if constexpr (kFwdGuardMaskedOnly) {
+          if (block_needs_mask<kBlockM, kBlockN, kCausal>(n, m0, seqlen_q, seqlen_k)) {
+            apply_mask<kCausal>(s, tScS_rc, row0, n * kBlockN, seqlen_q, seqlen_k);
+            softmax.step(s, corr);
+          } else {
+            softmax.template step<false>(s, corr);
+          }
+        } else {
+          mask(n);
+          softmax.step(s, corr);
+        }
+        drop(n);
+        wait_pv();
       }
-      drop(n);
-      // The softmax issued before the wait (d = 128, fwd_schedule_block).
-      if constexpr (fwd_schedule_block(Traits::kHeadDim)) { end_block_before_wait(seqlen_k); }
-      warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(rP);
       pipe_v.consumer_release(st_v);

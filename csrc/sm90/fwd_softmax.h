@@ -33,25 +33,60 @@ struct OnlineSoftmax {
   template <bool kCheckInf = true, class TensorS>
   CUTE_DEVICE void step(TensorS& s, float (&corr)[kRows]) {
     static_assert(decltype(size<0>(s))::value == kRows);
+    constexpr int kCols = decltype(size<1>(s))::value;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float m = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) { m = fmaxf(m, s(r, c)); }
-      m = quad_max(m);
-      // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
-      const float m_scaled = kCheckInf && m == -INFINITY ? 0.f : m * scale_log2;
-      corr[r] = exp2f(row_max[r] * scale_log2 - m_scaled);
-      row_max[r] = m;
-      float sum = 0.f;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -m_scaled));
-        sum += s(r, c);
-      }
-      row_sum[r] = fmaf(row_sum[r], corr[r], sum);
+      const float m_scaled = new_max<kCheckInf>(s, r, corr[r]);
+      add_sum(r, exp_cols<0, kCols>(s, r, m_scaled, 0.f), corr[r]);
     }
   }
+
+  // step with the exponentials of columns [kSplit, cols) after mid() (fwd_mainloop.h: the PV GEMM's wait, so
+  // that ptxas can interleave those exps with the O rescale and the P conversion that must follow it, as in
+  // FA3's SASS). The same operations in the same order per row as step: bit-identical P, sums and maxima.
+  template <int kSplit, class TensorS, class Mid>
+  CUTE_DEVICE void step_split(TensorS& s, float (&corr)[kRows], Mid&& mid) {
+    constexpr int kCols = decltype(size<1>(s))::value;
+    static_assert(kSplit > 0 && kSplit < kCols, "the split column lies inside the row");
+    float m_scaled[kRows], sum[kRows];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      m_scaled[r] = new_max<true>(s, r, corr[r]);
+      sum[r] = exp_cols<0, kSplit>(s, r, m_scaled[r], 0.f);
+    }
+    mid();
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) { add_sum(r, exp_cols<kSplit, kCols>(s, r, m_scaled[r], sum[r]), corr[r]); }
+  }
+
+  // Row r's new running max from s; sets corr_r and row_max[r], returns the max scaled for the exponentials.
+  // (Four partial maxima instead of the serial FMNMX chain, FLASH_ATTN_CUDA_SM90_FWD_TREE_MAX in the
+  // twenty-fifth session: no gain measured, removed; benchmarks/NOTES.md.)
+  template <bool kCheckInf, class TensorS>
+  CUTE_DEVICE float new_max(TensorS const& s, int r, float& corr_r) {
+    float m = row_max[r];
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(s); ++c) { m = fmaxf(m, s(r, c)); }
+    m = quad_max(m);
+    // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
+    const float m_scaled = kCheckInf && m == -INFINITY ? 0.f : m * scale_log2;
+    corr_r = exp2f(row_max[r] * scale_log2 - m_scaled);
+    row_max[r] = m;
+    return m_scaled;
+  }
+
+  // exp2 of row r's columns [kC0, kC1) in place; returns sum plus their sum, added in column order.
+  template <int kC0, int kC1, class TensorS>
+  CUTE_DEVICE float exp_cols(TensorS& s, int r, float m_scaled, float sum) const {
+    CUTE_UNROLL
+    for (int c = kC0; c < kC1; ++c) {
+      s(r, c) = exp2f(fmaf(s(r, c), scale_log2, -m_scaled));
+      sum += s(r, c);
+    }
+    return sum;
+  }
+
+  CUTE_DEVICE void add_sum(int r, float sum, float corr_r) { row_sum[r] = fmaf(row_sum[r], corr_r, sum); }
 
   // After the last block: inv[r] = 1 / row sum (0 for a row that saw no key), lse[r] natural-log
   // LSE of the scaled scores (-inf for a row that saw no key).
