@@ -142,6 +142,17 @@ constexpr bool fwd_exp_split(int headdim) {
   return kFwdExpSplit > 0 && tuning_mode_on<FLASH_ATTN_CUDA_SM90_FWD_EXP_SPLIT_DIMS>(headdim, 128);
 }
 
+// The GEMM turns between the consumer warpgroups (turn_barrier above) at d = 256.
+// FLASH_ATTN_CUDA_SM90_FWD256_NO_TURNS=1: none; each warpgroup issues its GEMMs as soon as its operands are
+// ready. FA3 uses its scheduler barrier only up to d = 128 (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp,
+// UseSchedulerBarrier), so its d = 256 loops have no BAR (SASS reading, twenty-fifth session, benchmarks/NOTES.md);
+// ours syncs and arrives once per block. Off by default (not yet measured). Scheduling only: O and LSE are the
+// same either way.
+#ifndef FLASH_ATTN_CUDA_SM90_FWD256_NO_TURNS
+#define FLASH_ATTN_CUDA_SM90_FWD256_NO_TURNS 0
+#endif
+constexpr bool fwd_gemm_turns(int headdim) { return !(FLASH_ATTN_CUDA_SM90_FWD256_NO_TURNS != 0 && headdim == 256); }
+
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
   CUTE_DEVICE void operator()() const {}
@@ -157,6 +168,7 @@ struct FwdMainloop {
   static constexpr int kRows = 2;  // rows of S per thread (64-row wgmma accumulator)
   static_assert(!kDropout || dropout_tile(kBlockN), "dropout needs key blocks of whole 64-column Philox chunks");
   static constexpr bool kExpSplit = !kDropout && fwd_exp_split(Traits::kHeadDim);
+  static constexpr bool kTurns = fwd_gemm_turns(Traits::kHeadDim);  // the GEMM-issue turn barriers
 
   // One tile per CTA (fwd_kernel.h): pipeline states from the start, warpgroup 0 takes the first
   // GEMM turn here.
@@ -252,9 +264,13 @@ struct FwdMainloop {
     // (d = 128 / 256) moves its registers around (nvcc 13.0); same values.
     const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
     const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
-    auto wait_turn = [&]() { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); };
-    auto pass_turn = [&]() { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); };
-    if constexpr (kArriveFirstTurn) {
+    auto wait_turn = [&]() {
+      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); }
+    };
+    auto pass_turn = [&]() {
+      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); }
+    };
+    if constexpr (kArriveFirstTurn && kTurns) {
       if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
     }
 
@@ -361,22 +377,28 @@ struct FwdMainloop {
     constexpr int kW = Traits::kNConsumerWG;
     const uint32_t my_turn = turn_barrier<kW>(cwg);
     const uint32_t next_turn = next_turn_barrier<kW>(cwg);
-    if constexpr (kArriveFirstTurn) {
+    auto wait_turn = [&]() {
+      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); }
+    };
+    auto pass_turn = [&]() {
+      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); }
+    };
+    if constexpr (kArriveFirstTurn && kTurns) {
       if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }
     }
     // First block: K wait, S's turn; then per block K wait, the turn of S and PV (V of the block
     // before), K release, V release; the last PV takes no turn.
     pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n_max - 1);
-    cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn);
-    cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn);
+    wait_turn();
+    pass_turn();
     pipe_k.consumer_release(st_k);
     ++st_k;
     if (n_max - 1 == n_min) { q_free(); }
     for (int n = n_max - 2; n >= n_min; --n) {
       pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
-      cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn);
+      wait_turn();
       pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
-      cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn);
+      pass_turn();
       pipe_k.consumer_release(st_k);
       ++st_k;
       if (n == n_min) { q_free(); }

@@ -354,7 +354,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   }();
   if constexpr (Traits::kOverlap) {
     // The last warpgroup hands warpgroup 0 (turn barrier 0) the first GEMM turn, once per kernel.
-    if (cwg == kNWG - 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 0u); }
+    if constexpr (FwdMainloop<Traits, kCausal, kDropout>::kTurns) {
+      if (cwg == kNWG - 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 0u); }
+    }
   }
   int loaded = 0;  // non-empty tiles this warpgroup has run
   for (int j = 0, t = consumer_tile<kDynamic>(ss, 0, blockIdx.x); t < sched.tiles(p);
