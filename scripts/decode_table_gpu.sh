@@ -15,8 +15,7 @@ export FLASH_ATTN_CUDA_ARCHS="90" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYP
   FLASH_ATTN_CUDA_BACKWARD=0 FLASH_ATTN_CUDA_SMEM_TILES=0 MAX_JOBS=8
 DEADLINE=${DEADLINE:-575}
 gpu_build 200
-SLUG=$(python3 -c "import torch; from flash_attn_cuda.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))" \
-  2>/dev/null || echo gpu)
+SLUG=$(gpu_result_prefix)
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader) -> results $SLUG*"
 [ "${TESTS_FIRST:-1}" = 1 ] && TAILN=4 stage tests ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kvcache_gpu.py
 TAILN=3 stage bench 420 python3 -m flash_attn_cuda.bench_decode --heads 32:8,32:32 --batches 1,8,32,64,128 \

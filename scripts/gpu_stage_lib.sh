@@ -7,6 +7,7 @@
 #   stage NAME TIMEOUT CMD   CMD under timeout (cut to what is left before DEADLINE), log OUT/NAME.log,
 #                            its rc and the lines that say pass/fail
 #   gpu_finish               OUT/logs.tgz of the logs and results, the loose copies removed
+#   gpu_result_prefix        the benchmarks' own name for this GPU (bench.gpu_slug: h200, h100_80gb_hbm3)
 gpu_setup() {
   T0=$(date +%s)
   OUT=${OUT:-$PWD/$1_out}; mkdir -p "$OUT" "$OUT/res"
@@ -75,4 +76,12 @@ fa3_impls() {
     echo "no $FLASH_ATTN_CUDA_BENCH_FA3_LIB: the runs go on without FA3"
     IMPLS=flash_attn_cuda,sdpa_cudnn
   fi
+}
+
+# gpu_result_prefix: the prefix of result files, the benchmarks' own name for this GPU (bench.gpu_slug: h200,
+# h100_80gb_hbm3), so that a call that got another GPU than asked for names its results after it; "gpu" when
+# torch cannot say.
+gpu_result_prefix() {
+  python3 -c "import torch; from flash_attn_cuda.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))" \
+    2>/dev/null || echo gpu
 }

@@ -73,9 +73,7 @@ if [ -n "${SMOKE:-}" ]; then
     [ $rc -eq 0 ] || rm -f /tmp/v_$n/flash_attn_cuda/_C*.so
   done
 fi
-# The results' file prefix: the benchmarks' own name for this GPU (bench.gpu_slug, e.g. h200).
-GPU_SLUG=$(python3 -c "import torch; from flash_attn_cuda.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))" \
-  2>/dev/null || echo gpu)
+GPU_SLUG=$(gpu_result_prefix)  # the results' file prefix (gpu_stage_lib.sh)
 run_bench() {  # run_bench TAG NAME [ENV=VAL,...] (base: the build itself; the settings hold for this run only)
   local dir=$PWD
   [ "$2" = base ] || dir=/tmp/v_$2
