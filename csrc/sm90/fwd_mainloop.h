@@ -95,7 +95,8 @@ constexpr bool kFwdRescaleUnderQK = FLASH_ATTN_CUDA_SM90_FWD_RESCALE_UNDER_QK !=
 // in ours, FA3 has it in its masked blocks only. Measured (H100 SXM, d = 128 bf16, base / on / base / on in one
 // call, results/history/h100_guard_*): non-causal 2k / 8k +1.2 / +1.1 %, causal 2k -2.3 %, 8k +0.4 % (predicted
 // +1-2 %): within the runs' noise, off. O and LSE bit-identical; 0 spills; the default's SASS unchanged.
-// FLASH_ATTN_CUDA_SM90_FWD_GUARD_MASKED_ONLY=1 on.
+// FLASH_ATTN_CUDA_SM90_FWD_GUARD_MASKED_ONLY=1 on, where the exp split (below) is off: the split's softmax always
+// keeps the guard (at d = 128 since the split became the default, the option then needs FWD_EXP_SPLIT=0).
 #ifndef FLASH_ATTN_CUDA_SM90_FWD_GUARD_MASKED_ONLY
 #define FLASH_ATTN_CUDA_SM90_FWD_GUARD_MASKED_ONLY 0
 #endif
@@ -152,6 +153,24 @@ constexpr bool fwd_exp_split(int headdim) {
 #define FLASH_ATTN_CUDA_SM90_FWD256_NO_TURNS 0
 #endif
 constexpr bool fwd_gemm_turns(int headdim) { return !(FLASH_ATTN_CUDA_SM90_FWD256_NO_TURNS != 0 && headdim == 256); }
+
+// One consumer warpgroup's GEMM-issue turn (turn_barrier above): wait for it, pass it on, and warpgroup 0's first
+// turn (give_first). kOn = false (fwd_gemm_turns): no barrier at all.
+template <bool kOn>
+struct GemmTurn {
+  uint32_t mine, next;  // this warpgroup's turn barrier and the next warpgroup's
+  CUTE_DEVICE void wait() const {
+    if constexpr (kOn) { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, mine); }
+  }
+  CUTE_DEVICE void pass() const {
+    if constexpr (kOn) { cutlass::arch::NamedBarrier::arrive(2 * 128, next); }
+  }
+  CUTE_DEVICE void give_first(int cwg) const {
+    if constexpr (kOn) {
+      if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, mine); }  // warpgroup 0 issues first
+    }
+  }
+};
 
 // run_blocks' default q_free: nothing (the one-tile kernel, and the persistent kernel when O shares Q's rows).
 struct NoQFree {
@@ -262,23 +281,15 @@ struct FwdMainloop {
     constexpr int kW = Traits::kNConsumerWG;
     // turn_barrier / next_turn_barrier spelled out: through the helpers the one-tile kernel's SASS
     // (d = 128 / 256) moves its registers around (nvcc 13.0); same values.
-    const uint32_t my_turn = kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg);
-    const uint32_t next_turn = kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1));
-    auto wait_turn = [&]() {
-      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); }
-    };
-    auto pass_turn = [&]() {
-      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); }
-    };
-    if constexpr (kArriveFirstTurn && kTurns) {
-      if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }  // warpgroup 0 issues first
-    }
+    const GemmTurn<kTurns> turn{kW == 2 ? (cwg == 0 ? 0u : 1u) : uint32_t(cwg),
+                                kW == 2 ? (cwg == 0 ? 1u : 0u) : (cwg == kW - 1 ? 0u : uint32_t(cwg + 1))};
+    if constexpr (kArriveFirstTurn) { turn.give_first(cwg); }
 
     // First (last-indexed) block: S, softmax, P; O is still zero.
     pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n_max - 1);
-    wait_turn();
+    turn.wait();
     wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
-    pass_turn();
+    turn.pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     pipe_k.consumer_release(st_k);
@@ -293,7 +304,7 @@ struct FwdMainloop {
       pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
       // kFwdVTryWait: V's try-wait now, its wait after the S GEMM issue (skip_wait: no poll when off).
       [[maybe_unused]] cutlass::ConsumerToken v_token = pipe_v.consumer_try_wait(st_v, !kFwdVTryWait);
-      wait_turn();
+      turn.wait();
       wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st_k.index()), tSrS);
       if constexpr (kFwdRescaleUnderQK) { scale_rows_between_blocks(o, corr); }  // block n + 1's correction
       if constexpr (kFwdVTryWait) {
@@ -302,7 +313,7 @@ struct FwdMainloop {
         pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
       }
       wg_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
-      pass_turn();
+      turn.pass();
       warpgroup_wait<1>();  // S_n done, PV of the block before still running
       warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(st_k);
@@ -375,30 +386,21 @@ struct FwdMainloop {
       return;
     }
     constexpr int kW = Traits::kNConsumerWG;
-    const uint32_t my_turn = turn_barrier<kW>(cwg);
-    const uint32_t next_turn = next_turn_barrier<kW>(cwg);
-    auto wait_turn = [&]() {
-      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive_and_wait(2 * 128, my_turn); }
-    };
-    auto pass_turn = [&]() {
-      if constexpr (kTurns) { cutlass::arch::NamedBarrier::arrive(2 * 128, next_turn); }
-    };
-    if constexpr (kArriveFirstTurn && kTurns) {
-      if (cwg == 0) { cutlass::arch::NamedBarrier::arrive(2 * 128, my_turn); }
-    }
+    const GemmTurn<kTurns> turn{turn_barrier<kW>(cwg), next_turn_barrier<kW>(cwg)};
+    if constexpr (kArriveFirstTurn) { turn.give_first(cwg); }
     // First block: K wait, S's turn; then per block K wait, the turn of S and PV (V of the block
     // before), K release, V release; the last PV takes no turn.
     pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n_max - 1);
-    wait_turn();
-    pass_turn();
+    turn.wait();
+    turn.pass();
     pipe_k.consumer_release(st_k);
     ++st_k;
     if (n_max - 1 == n_min) { q_free(); }
     for (int n = n_max - 2; n >= n_min; --n) {
       pipe_consumer_wait(pipe_k, st_k, WaitSite::kKFull, m0, n);
-      wait_turn();
+      turn.wait();
       pipe_consumer_wait(pipe_v, st_v, WaitSite::kVFull, m0, n + 1);
-      pass_turn();
+      turn.pass();
       pipe_k.consumer_release(st_k);
       ++st_k;
       if (n == n_min) { q_free(); }
