@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call: warp-state samples per SASS instruction (Nsight Compute SourceCounters) of our sm90 backward
+# main kernel and FlashAttention-3's (scripts/fa3_ref) at d = 128 bf16, 2 x 8k x 16 heads (FA2 grid), non-causal
+# and causal, to see where ours stalls that FA3 does not (the dQ hand-off chain: the dq_empty wait before the
+# next S^T, the writer's ticket; benchmarks/NOTES.md "Twenty-fifth session"). Clocks left alone.
+#   OUT=$OUT scripts/ncu_bwd_fa3_gpu.sh      (device call: carry [".whl", ".fa3"]; about 6 minutes)
+# Results: res/src_{ours,fa3}_{0,1}.csv (0 non-causal, 1 causal; ncu --page source --csv --print-source sass),
+# res/src_details.csv; summarise them here with tools/ncu_source_summary.py.
+set -uo pipefail
+. "$(dirname "$0")/gpu_stage_lib.sh"
+gpu_setup ncu_bwd_fa3
+export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYPES=bf16 \
+  FLASH_ATTN_CUDA_BACKWARD=1 FLASH_ATTN_CUDA_FEATURES=0 FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 \
+  MAX_JOBS=16
+DEADLINE=${DEADLINE:-560}
+LIB=$PWD/.fa3/libfa3ref.so
+[ -f "$LIB" ] || { echo "no $LIB (scripts/fa3_ref/build.sh)"; exit 2; }
+export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$LIB
+gpu_build 300
+KSEL="regex:sm90::bwd_kernel<|FlashAttnBwdSm90"
+stage ncu_src 300 ncu --clock-control none --profile-from-start off --kernel-name-base demangled -k "$KSEL" \
+  --section WarpStateStats --section SourceCounters --section InstructionStats --section SpeedOfLight -f -o "$OUT/src" \
+  python3 scripts/ncu_bwd_probe.py --hdims 128 --seqlens ${SEQLEN:-8192} --causal both --impls flash_attn_cuda,fa3_ref
+grep -h "call:" "$OUT/ncu_src.log"
+if [ -f "$OUT/src.ncu-rep" ]; then
+  for k in "ours:sm90::bwd_kernel<" fa3:FlashAttnBwdSm90; do
+    for skip in 0 1; do  # 0: non-causal, 1: causal (the probe's order)
+      ncu --import "$OUT/src.ncu-rep" --kernel-name-base demangled -k "regex:${k#*:}" --launch-skip $skip --launch-count 1 \
+        --page source --csv --print-source sass > "$OUT/res/src_${k%%:*}_$skip.csv" 2>> "$OUT/src.err"
+    done
+  done
+  ncu --import "$OUT/src.ncu-rep" --page details --csv --print-units base > "$OUT/res/src_details.csv" 2>/dev/null
+  ls -la "$OUT/res"; head -c 600 "$OUT/src.err"
+fi
+gpu_finish
