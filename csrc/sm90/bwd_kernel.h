@@ -203,6 +203,14 @@ CUTE_DEVICE int* dq_turn_of(const BwdParams& p, int m) {
 // Store-first kernels (bwd_api.h bwd_store_first) with the semaphores given: the first block to reach
 // each tile stores instead of adding (dq_turns.h: a ticket; deterministic: turn 0), and the others
 // wait for its store.
+// FLASH_ATTN_CUDA_SM90_BWD_TICKET_EARLY=1 (off; not yet measured): the writer takes step i's ticket before it
+// waits for the consumers' dq_full of step i, not after, so the atomic's round trip (returned value) runs
+// under that wait instead of between it and the reduce-add. Who is first may change (a block whose writer
+// is idle earlier), never that exactly one block stores.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_TICKET_EARLY
+#define FLASH_ATTN_CUDA_SM90_BWD_TICKET_EARLY 0
+#endif
+constexpr bool kBwdTicketEarly = FLASH_ATTN_CUDA_SM90_BWD_TICKET_EARLY != 0;
 template <class Traits, bool kTurns, bool kCausal, bool kDropout, class Smem, class TmaDQ, class TmaDQStore, class GDQ,
           class Walk>
 CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unused]] TmaDQStore const& tma_dq_store,
@@ -216,15 +224,18 @@ CUTE_DEVICE void bwd_store_dq(Smem const& sm, TmaDQ const& tma_dq, [[maybe_unuse
   for (int step = walk.m_min; step < walk.m_max; ++step) {
     const int i = step - walk.m_min, stage = i % kS;
     const int m = walk.tile(step);
-    cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
     // first: this block stores the tile (kStoreFirst) instead of adding into it.
     [[maybe_unused]] bool first = false;
+    if constexpr (!kTurns && kStoreFirst && kBwdTicketEarly) {  // the atomic's round trip under the dq_full wait
+      first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m));
+    }
+    cutlass::arch::ClusterBarrier::wait(sm.dq_full + stage, (i / kS) & 1);
     if constexpr (kTurns) {  // the semaphores are given (launch_bwd_main)
       const int turn = dq_turn_number<Traits, kCausal>(p, m, n_block);
       first = kStoreFirst && turn == 0;
       dq_turn_wait(dq_turn_of<Traits>(p, m), turn);
     } else if constexpr (kStoreFirst) {
-      first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m));
+      if constexpr (!kBwdTicketEarly) { first = store_first && dq_first_ticket(dq_turn_of<Traits>(p, m)); }
       if (store_first && !first) { dq_first_wait(dq_turn_of<Traits>(p, m)); }
     }
     if constexpr (kStoreFirst) {
