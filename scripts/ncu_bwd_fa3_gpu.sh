@@ -6,10 +6,15 @@
 #   OUT=$OUT scripts/ncu_bwd_fa3_gpu.sh      (device call: carry [".whl", ".fa3"]; about 6 minutes)
 # Results: res/src_{ours,fa3}_{0,1}.csv (0 non-causal, 1 causal; ncu --page source --csv --print-source sass),
 # res/src_details.csv; summarise them here with tools/ncu_source_summary.py.
+# DTYPES (default bf16) and PRE (commands run after the build, before ncu, each a time-boxed stage; e.g. the
+# split-8 forward's owed checks, with DTYPES=fp16,bf16:
+#   PRE="bash scripts/sanitize.sh scripts/sanitize_sm90_fwd.py --hdims 128;python3 -m pytest -q -x -rfE
+#        tests/test_sm90_persistent_gpu.py tests/test_attention_gpu.py -k 'float16 and not bfloat16'"
+# runs the sanitizers on the d = 128 forward and its fp16 tests in the same call).
 set -uo pipefail
 . "$(dirname "$0")/gpu_stage_lib.sh"
 gpu_setup ncu_bwd_fa3
-export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYPES=bf16 \
+export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_DTYPES=${DTYPES:-bf16} \
   FLASH_ATTN_CUDA_BACKWARD=1 FLASH_ATTN_CUDA_FEATURES=0 FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 \
   MAX_JOBS=16
 DEADLINE=${DEADLINE:-560}
@@ -17,6 +22,11 @@ LIB=$PWD/.fa3/libfa3ref.so
 [ -f "$LIB" ] || { echo "no $LIB (scripts/fa3_ref/build.sh)"; exit 2; }
 export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$LIB
 gpu_build 300
+n=0
+IFS=';' read -ra pre <<< "${PRE:-}"
+for c in "${pre[@]}"; do
+  n=$((n + 1)); TAILN=6 stage pre$n ${PRE_TIMEOUT:-120} bash -c "$c"
+done
 KSEL="regex:sm90::bwd_kernel<|FlashAttnBwdSm90"
 stage ncu_src 300 ncu --clock-control none --profile-from-start off --kernel-name-base demangled -k "$KSEL" \
   --section WarpStateStats --section SourceCounters --section InstructionStats --section SpeedOfLight -f -o "$OUT/src" \
