@@ -201,6 +201,16 @@ static_assert(kBwdExpSplit == 0 || !kBwdScheduleBlock, "BWD_EXP_SPLIT is the par
 constexpr bool kBwdStatsEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 1;       // LSE_log2
 constexpr bool kBwdDeltaEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 2;       // and D
 
+// dQ of block m handed to the writer (hand_dq: the dq_empty wait, dQ into sdQ, dq_full) after S^T of block
+// m + 1 was issued, not before: if the writer has not freed the stage yet, the tensor pipe works on S^T
+// (behind dK) while this warpgroup waits, and S^T starts ~40 instructions (the sdQ stores) earlier either
+// way. Not in kPRounded tiles (dQ's accumulators are S^T's registers there). Twenty-sixth session, off: not
+// yet measured (scripts/bwd_fa3_options_gpu.sh VARIANTS).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE
+#define FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE 0
+#endif
+constexpr bool kBwdHandDqLate = FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE != 0;
+
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -226,6 +236,7 @@ struct BwdMainloop {
   static constexpr bool kDeltaEarly = kBwdDeltaEarly && kCausal;
   // kBwdExpSplit where it was compiled and checked (d = 128 without dropout: 16 + 16 exp2 around the wait).
   static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
+  static constexpr bool kHandDqLate = kBwdHandDqLate && !kPRounded;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -488,7 +499,7 @@ struct BwdMainloop {
       warpgroup_fence_operand(tdQrdQ);
       pipe_do.consumer_release(st_do);            // dP^T and dV have read dO
       ++st_do;
-      hand_dq(i);
+      if constexpr (!kHandDqLate) { hand_dq(i); }
       if (m + 1 < m_max) {
         mask_words(m + 1);                        // under dK, before S^T adds 32 live registers
         // S^T of the next block into tSrS (dead since rP), queued behind dK.
@@ -496,12 +507,14 @@ struct BwdMainloop {
         ++st_q_next;
         pipe_q.consumer_wait(st_q_next);
         wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q_next.index()), tSrS);
+        if constexpr (kHandDqLate) { hand_dq(i); }  // in flight: dK, the next S^T
         warpgroup_wait<1>();                      // dK done (in flight: the next S^T)
         warpgroup_fence_operand(tdKrdK);
         pipe_q.consumer_release(st_q);            // S^T and dK have read Q
         ++st_q;
         p_and_ds(m + 1, st_q, st_do);
       } else {
+        if constexpr (kHandDqLate) { hand_dq(i); }  // in flight: dK
         warpgroup_wait<0>();                      // dK done
         warpgroup_fence_operand(tdKrdK);
         pipe_q.consumer_release(st_q);
