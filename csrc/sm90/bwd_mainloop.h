@@ -211,6 +211,19 @@ constexpr bool kBwdDeltaEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 2;      
 #endif
 constexpr bool kBwdHandDqLate = FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE != 0;
 
+// dV += P^T dO of block m issued inside p_and_ds, right after P^T's exponentials and its conversion to
+// Element (rP), and waited at p_and_ds' end, so dV's GEMM runs under dS^T's math (the dP^T wait, dS^T =
+// P^T (dP^T - D), its conversion) instead of after it at the loop's top. Why: the d = 128 SASS has no GEMM of
+// the warpgroup in flight from the dP^T wait to the first dV HGMMA (~190 instructions, 27 of 32 MUFU), and
+// both warpgroups are there at once (the dS barrier keeps them in step), so the tensor pipe idles. Nothing
+// crosses the loop's back-edge (dV retired in the iteration that issued it). Not in kPRounded tiles (P^T is
+// rounded there already) nor with dropout (P^T's keep mask is applied with dS^T). Twenty-sixth session, off:
+// not yet measured (scripts/bwd_fa3_options_gpu.sh VARIANTS).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY
+#define FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY 0
+#endif
+constexpr bool kBwdDvEarly = FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY != 0;
+
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -237,6 +250,7 @@ struct BwdMainloop {
   // kBwdExpSplit where it was compiled and checked (d = 128 without dropout: 16 + 16 exp2 around the wait).
   static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
   static constexpr bool kHandDqLate = kBwdHandDqLate && !kPRounded;
+  static constexpr bool kDvEarly = kBwdDvEarly && !kPRounded && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -352,7 +366,15 @@ struct BwdMainloop {
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
       if constexpr (kBwdScheduleBlock) { end_block_after_cols<kCols>(s); }  // every P^T before the dP^T wait
-      warpgroup_wait<0>();
+      if constexpr (kDvEarly) {  // dV under dS^T's math (in flight: dP^T, then dV)
+        CUTE_UNROLL
+        for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+        warpgroup_fence_operand(tdVrdV);
+        wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, sdo.index()), tdVrdV);
+        warpgroup_wait<1>();
+      } else {
+        warpgroup_wait<0>();
+      }
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)
       if constexpr (kDropout) {  // the warpgroup's words of block m written (mask_words); nothing in flight
@@ -374,19 +396,23 @@ struct BwdMainloop {
             const float dp_kept = __uint_as_float(__float_as_uint(dp(r, c)) & ~dropped);
             dp(r, c) = s(r, c) * fmaf(dp_kept, drop.p->rp_dropout, -dd);
             s(r, c) = __uint_as_float(__float_as_uint(s(r, c)) & ~dropped);
-          } else if constexpr (kPRounded) {
+          } else if constexpr (kPRounded || kDvEarly) {
             dp(r, c) = float(p_rounded(r, c)) * (dp(r, c) - dd);
           } else {
             dp(r, c) = s(r, c) * (dp(r, c) - dd);
           }
         }
       }
-      if constexpr (!kPRounded) {
+      if constexpr (!kPRounded && !kDvEarly) {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
       CUTE_UNROLL
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
+      if constexpr (kDvEarly) {  // dV retired in the iteration that issued it
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdVrdV);
+      }
     };
 
     // kDropout: this thread's word of step m's keep mask (bwd_dropout.h), read by p_and_ds(m).
@@ -485,7 +511,7 @@ struct BwdMainloop {
     }
     for (int m = m_first; m < m_max; ++m) {
       const int i = m - m_min;
-      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
+      if constexpr (!kDvEarly) { wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV); }
       share_ds(i);
       if constexpr (kPRounded) {                  // dV done (rP free) before dQ's accumulators are live
         warpgroup_wait<0>();
