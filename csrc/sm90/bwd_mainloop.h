@@ -224,6 +224,17 @@ constexpr bool kBwdHandDqLate = FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE != 0;
 #endif
 constexpr bool kBwdDvEarly = FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY != 0;
 
+// S^T of block m + 1 issued first at block m, ahead of dQ and dK of block m, so P^T(m + 1)'s exponentials run
+// while those two GEMMs are in flight; then dQ handed over, dK waited, dP^T(m + 1) and dV(m + 1) issued
+// together, and dS^T(m + 1)'s math runs under dV (as DV_EARLY; dS^T from the rounded P^T). Per block the
+// warpgroup then has no GEMM in flight only at the dS barrier and after dV. Nothing crosses the loop's
+// back-edge. Plain kernels only (no dropout, not kPRounded; STATS_EARLY / EXP_SPLIT / SCHEDULE_BLOCK do
+// not apply). Twenty-sixth session, off: not yet measured.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST
+#define FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST 0
+#endif
+constexpr bool kBwdStFirst = FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST != 0;
+
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -251,6 +262,7 @@ struct BwdMainloop {
   static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
   static constexpr bool kHandDqLate = kBwdHandDqLate && !kPRounded;
   static constexpr bool kDvEarly = kBwdDvEarly && !kPRounded && !kDropout;
+  static constexpr bool kStFirst = kBwdStFirst && !kPRounded && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -471,6 +483,80 @@ struct BwdMainloop {
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
     };
+    // kStFirst: P^T of step m (S^T waited) from LSE, to Element in rP; S^T's fp32 registers dead after.
+    auto p_from_st = [&](int m, PipelineState const& sq) {
+      const int m0 = walk.tile(m) * kBlockM;
+      const float* lse_s = sm.lse_log2 + sq.index() * kBlockM;
+      st_to_pt_cols<kCausal, kWGKeys, kBlockN>(s, tScS_rc, [&](int c) { return lse_s[get<1>(tScS_rc(0, c))]; },
+                                               scale_log2, key0, n0, m0, seqlen_q, seqlen_k);
+      CUTE_UNROLL
+      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
+    };
+    // kStFirst: dP^T and dV of step m issued together (dO waited), dS^T = P^T (dP^T - D) from the rounded
+    // P^T under dV, to Element in rdS; dV retired before returning.
+    auto dp_dv_ds = [&](PipelineState const& sdo) {
+      pipe_do.consumer_wait(sdo);
+      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
+      warpgroup_fence_operand(tdVrdV);
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, sdo.index()), tdVrdV);
+      warpgroup_wait<1>();                        // dP^T done (in flight: dV)
+      warpgroup_fence_operand(tdPrdP);
+      const float* delta = sm.delta + sdo.index() * kBlockM;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(dp); ++c) {
+        const float dd = delta[get<1>(tScS_rc(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = float(p_rounded(r, c)) * (dp(r, c) - dd); }
+      }
+      CUTE_UNROLL
+      for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
+      warpgroup_wait<0>();                        // dV done
+      warpgroup_fence_operand(tdVrdV);
+    };
+    // kStFirst's loop from step m_first (after the masked first step, if any): S^T(m + 1), dQ(m), dK(m) issued
+    // in that order; P^T(m + 1) under dQ and dK; dQ handed over under dK; dP^T(m + 1), dV(m + 1), dS^T(m + 1).
+    PipelineState st_q, st_do;
+    auto run_st_first = [&](int m_first) {
+      if (m_first < m_max) {
+        pipe_q.consumer_wait(st_q);
+        wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        p_from_st(m_first, st_q);
+        dp_dv_ds(st_do);
+      }
+      // One step; kNext (a step m + 1 follows) at compile time, so every wgmma wait counts a fixed queue.
+      auto step = [&](int m, auto next_c) {
+        constexpr bool kNext = decltype(next_c)::value;
+        const int i = m - m_min;
+        share_ds(i);
+        PipelineState st_q_next = st_q;
+        ++st_q_next;
+        if constexpr (kNext) {                    // S^T of the next step first in the queue
+          pipe_q.consumer_wait(st_q_next);
+          wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q_next.index()), tSrS);
+        }
+        issue_dq(i);
+        wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
+        if constexpr (kNext) {
+          warpgroup_wait<2>();                    // S^T(m + 1) done (in flight: dQ, dK)
+          warpgroup_fence_operand(tSrS);
+          p_from_st(m + 1, st_q_next);
+        }
+        warpgroup_wait<1>();                      // dQ done (in flight: dK)
+        warpgroup_fence_operand(tdQrdQ);
+        hand_dq(i);
+        warpgroup_wait<0>();                      // dK done
+        warpgroup_fence_operand(tdKrdK);
+        pipe_q.consumer_release(st_q);            // S^T, dK of step m have read Q
+        ++st_q;
+        pipe_do.consumer_release(st_do);          // dP^T, dV of step m have read dO
+        ++st_do;
+        if constexpr (kNext) { dp_dv_ds(st_do); }  // step m + 1's dO
+      };
+      for (int m = m_first; m + 1 < m_max; ++m) { step(m, cute::true_type{}); }
+      if (m_first < m_max) { step(m_max - 1, cute::false_type{}); }
+    };
     // Causal: the first query block can see none of this warpgroup's 64 keys. With first = n0 -
     // (seqlen_k - seqlen_q), the first query that sees key n0 (q_block_range): consumer 1 (keys n0 + 64
     // ..) whenever first >= 0, since m_min kBlockM + kBlockM - 1 < first + 64; consumer 0 never (it
@@ -482,7 +568,6 @@ struct BwdMainloop {
     // starts at m_min + 1 (its stages count from m_min).
     const bool first_masked =
         kSkipMasked && key0 > walk.tile(m_min) * kBlockM + kBlockM - 1 + seqlen_k - seqlen_q;
-    PipelineState st_q, st_do;
     if (first_masked) {
       pipe_q.consumer_wait(st_q);
       pipe_do.consumer_wait(st_do);
@@ -499,6 +584,10 @@ struct BwdMainloop {
       hand_dq(0);
     }
     const int m_first = m_min + (first_masked ? 1 : 0);
+    if constexpr (kStFirst) {
+      run_st_first(m_first);
+      return;
+    }
 
     // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
     // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
