@@ -229,11 +229,12 @@ constexpr bool kBwdDvEarly = FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY != 0;
 // together, and dS^T(m + 1)'s math runs under dV (as DV_EARLY; dS^T from the rounded P^T). Per block the
 // warpgroup then has no GEMM in flight only at the dS barrier and after dV. Nothing crosses the loop's
 // back-edge. Plain kernels only (no dropout, not kPRounded; STATS_EARLY / EXP_SPLIT / SCHEDULE_BLOCK do
-// not apply). Twenty-sixth session, off: not yet measured.
+// not apply). Twenty-sixth session, off: not yet measured. A tuning mode (tuning_mode.h): 0 never (default),
+// 1 every head dim, 2 d = 128.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST
 #define FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST 0
 #endif
-constexpr bool kBwdStFirst = FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST != 0;
+constexpr bool bwd_st_first(int headdim) { return tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST>(headdim, 128); }
 
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
@@ -262,7 +263,7 @@ struct BwdMainloop {
   static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
   static constexpr bool kHandDqLate = kBwdHandDqLate && !kPRounded;
   static constexpr bool kDvEarly = kBwdDvEarly && !kPRounded && !kDropout;
-  static constexpr bool kStFirst = kBwdStFirst && !kPRounded && !kDropout;
+  static constexpr bool kStFirst = bwd_st_first(kD) && !kPRounded && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
