@@ -201,41 +201,6 @@ static_assert(kBwdExpSplit == 0 || !kBwdScheduleBlock, "BWD_EXP_SPLIT is the par
 constexpr bool kBwdStatsEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 1;       // LSE_log2
 constexpr bool kBwdDeltaEarly = FLASH_ATTN_CUDA_SM90_BWD_STATS_EARLY >= 2;       // and D
 
-// dQ of block m handed to the writer (hand_dq: the dq_empty wait, dQ into sdQ, dq_full) after S^T of block
-// m + 1 was issued, not before: if the writer has not freed the stage yet, the tensor pipe works on S^T
-// (behind dK) while this warpgroup waits, and S^T starts ~40 instructions (the sdQ stores) earlier either
-// way. Not in kPRounded tiles (dQ's accumulators are S^T's registers there). Twenty-sixth session, off: not
-// yet measured (scripts/bwd_fa3_options_gpu.sh VARIANTS).
-#ifndef FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE
-#define FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE 0
-#endif
-constexpr bool kBwdHandDqLate = FLASH_ATTN_CUDA_SM90_BWD_HAND_DQ_LATE != 0;
-
-// dV += P^T dO of block m issued inside p_and_ds, right after P^T's exponentials and its conversion to
-// Element (rP), and waited at p_and_ds' end, so dV's GEMM runs under dS^T's math (the dP^T wait, dS^T =
-// P^T (dP^T - D), its conversion) instead of after it at the loop's top. Why: the d = 128 SASS has no GEMM of
-// the warpgroup in flight from the dP^T wait to the first dV HGMMA (~190 instructions, 27 of 32 MUFU), and
-// both warpgroups are there at once (the dS barrier keeps them in step), so the tensor pipe idles. Nothing
-// crosses the loop's back-edge (dV retired in the iteration that issued it). Not in kPRounded tiles (P^T is
-// rounded there already) nor with dropout (P^T's keep mask is applied with dS^T). Twenty-sixth session, off:
-// not yet measured (scripts/bwd_fa3_options_gpu.sh VARIANTS).
-#ifndef FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY
-#define FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY 0
-#endif
-constexpr bool kBwdDvEarly = FLASH_ATTN_CUDA_SM90_BWD_DV_EARLY != 0;
-
-// S^T of block m + 1 issued first at block m, ahead of dQ and dK of block m, so P^T(m + 1)'s exponentials run
-// while those two GEMMs are in flight; then dQ handed over, dK waited, dP^T(m + 1) and dV(m + 1) issued
-// together, and dS^T(m + 1)'s math runs under dV (as DV_EARLY; dS^T from the rounded P^T). Per block the
-// warpgroup then has no GEMM in flight only at the dS barrier and after dV. Nothing crosses the loop's
-// back-edge. Plain kernels only (no dropout, not kPRounded; STATS_EARLY / EXP_SPLIT / SCHEDULE_BLOCK do
-// not apply). Twenty-sixth session, off: not yet measured. A tuning mode (tuning_mode.h): 0 never (default),
-// 1 every head dim, 2 d = 128.
-#ifndef FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST
-#define FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST 0
-#endif
-constexpr bool bwd_st_first(int headdim) { return tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_ST_FIRST>(headdim, 128); }
-
 template <class Traits, bool kCausal, bool kDropout = false>
 struct BwdMainloop {
   using Element = typename Traits::Element;
@@ -261,9 +226,6 @@ struct BwdMainloop {
   static constexpr bool kDeltaEarly = kBwdDeltaEarly && kCausal;
   // kBwdExpSplit where it was compiled and checked (d = 128 without dropout: 16 + 16 exp2 around the wait).
   static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
-  static constexpr bool kHandDqLate = kBwdHandDqLate && !kPRounded;
-  static constexpr bool kDvEarly = kBwdDvEarly && !kPRounded && !kDropout;
-  static constexpr bool kStFirst = bwd_st_first(kD) && !kPRounded && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -379,15 +341,7 @@ struct BwdMainloop {
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
       if constexpr (kBwdScheduleBlock) { end_block_after_cols<kCols>(s); }  // every P^T before the dP^T wait
-      if constexpr (kDvEarly) {  // dV under dS^T's math (in flight: dP^T, then dV)
-        CUTE_UNROLL
-        for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
-        warpgroup_fence_operand(tdVrdV);
-        wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, sdo.index()), tdVrdV);
-        warpgroup_wait<1>();
-      } else {
-        warpgroup_wait<0>();
-      }
+      warpgroup_wait<0>();
       warpgroup_fence_operand(tdPrdP);
       [[maybe_unused]] uint32_t flags[BwdDropoutT::kWordsPerThread];  // kDropout: this thread's keep bits (bwd_dropout.h)
       if constexpr (kDropout) {  // the warpgroup's words of block m written (mask_words); nothing in flight
@@ -409,23 +363,19 @@ struct BwdMainloop {
             const float dp_kept = __uint_as_float(__float_as_uint(dp(r, c)) & ~dropped);
             dp(r, c) = s(r, c) * fmaf(dp_kept, drop.p->rp_dropout, -dd);
             s(r, c) = __uint_as_float(__float_as_uint(s(r, c)) & ~dropped);
-          } else if constexpr (kPRounded || kDvEarly) {
+          } else if constexpr (kPRounded) {
             dp(r, c) = float(p_rounded(r, c)) * (dp(r, c) - dd);
           } else {
             dp(r, c) = s(r, c) * (dp(r, c) - dd);
           }
         }
       }
-      if constexpr (!kPRounded && !kDvEarly) {
+      if constexpr (!kPRounded) {
         CUTE_UNROLL
         for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
       }
       CUTE_UNROLL
       for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
-      if constexpr (kDvEarly) {  // dV retired in the iteration that issued it
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tdVrdV);
-      }
     };
 
     // kDropout: this thread's word of step m's keep mask (bwd_dropout.h), read by p_and_ds(m).
@@ -484,80 +434,6 @@ struct BwdMainloop {
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
       cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
     };
-    // kStFirst: P^T of step m (S^T waited) from LSE, to Element in rP; S^T's fp32 registers dead after.
-    auto p_from_st = [&](int m, PipelineState const& sq) {
-      const int m0 = walk.tile(m) * kBlockM;
-      const float* lse_s = sm.lse_log2 + sq.index() * kBlockM;
-      st_to_pt_cols<kCausal, kWGKeys, kBlockN>(s, tScS_rc, [&](int c) { return lse_s[get<1>(tScS_rc(0, c))]; },
-                                               scale_log2, key0, n0, m0, seqlen_q, seqlen_k);
-      CUTE_UNROLL
-      for (int j = 0; j < size(tSrS); ++j) { rP(j) = Element(tSrS(j)); }
-    };
-    // kStFirst: dP^T and dV of step m issued together (dO waited), dS^T = P^T (dP^T - D) from the rounded
-    // P^T under dV, to Element in rdS; dV retired before returning.
-    auto dp_dv_ds = [&](PipelineState const& sdo) {
-      pipe_do.consumer_wait(sdo);
-      wg_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, sdo.index()), tdPrdP);
-      warpgroup_fence_operand(tdVrdV);
-      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, sdo.index()), tdVrdV);
-      warpgroup_wait<1>();                        // dP^T done (in flight: dV)
-      warpgroup_fence_operand(tdPrdP);
-      const float* delta = sm.delta + sdo.index() * kBlockM;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(dp); ++c) {
-        const float dd = delta[get<1>(tScS_rc(0, c))];
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(dp); ++r) { dp(r, c) = float(p_rounded(r, c)) * (dp(r, c) - dd); }
-      }
-      CUTE_UNROLL
-      for (int j = 0; j < size(tdPrdP); ++j) { rdS(j) = Element(tdPrdP(j)); }
-      warpgroup_wait<0>();                        // dV done
-      warpgroup_fence_operand(tdVrdV);
-    };
-    // kStFirst's loop from step m_first (after the masked first step, if any): S^T(m + 1), dQ(m), dK(m) issued
-    // in that order; P^T(m + 1) under dQ and dK; dQ handed over under dK; dP^T(m + 1), dV(m + 1), dS^T(m + 1).
-    PipelineState st_q, st_do;
-    auto run_st_first = [&](int m_first) {
-      if (m_first < m_max) {
-        pipe_q.consumer_wait(st_q);
-        wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        p_from_st(m_first, st_q);
-        dp_dv_ds(st_do);
-      }
-      // One step; kNext (a step m + 1 follows) at compile time, so every wgmma wait counts a fixed queue.
-      auto step = [&](int m, auto next_c) {
-        constexpr bool kNext = decltype(next_c)::value;
-        const int i = m - m_min;
-        share_ds(i);
-        PipelineState st_q_next = st_q;
-        ++st_q_next;
-        if constexpr (kNext) {                    // S^T of the next step first in the queue
-          pipe_q.consumer_wait(st_q_next);
-          wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q_next.index()), tSrS);
-        }
-        issue_dq(i);
-        wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
-        if constexpr (kNext) {
-          warpgroup_wait<2>();                    // S^T(m + 1) done (in flight: dQ, dK)
-          warpgroup_fence_operand(tSrS);
-          p_from_st(m + 1, st_q_next);
-        }
-        warpgroup_wait<1>();                      // dQ done (in flight: dK)
-        warpgroup_fence_operand(tdQrdQ);
-        hand_dq(i);
-        warpgroup_wait<0>();                      // dK done
-        warpgroup_fence_operand(tdKrdK);
-        pipe_q.consumer_release(st_q);            // S^T, dK of step m have read Q
-        ++st_q;
-        pipe_do.consumer_release(st_do);          // dP^T, dV of step m have read dO
-        ++st_do;
-        if constexpr (kNext) { dp_dv_ds(st_do); }  // step m + 1's dO
-      };
-      for (int m = m_first; m + 1 < m_max; ++m) { step(m, cute::true_type{}); }
-      if (m_first < m_max) { step(m_max - 1, cute::false_type{}); }
-    };
     // Causal: the first query block can see none of this warpgroup's 64 keys. With first = n0 -
     // (seqlen_k - seqlen_q), the first query that sees key n0 (q_block_range): consumer 1 (keys n0 + 64
     // ..) whenever first >= 0, since m_min kBlockM + kBlockM - 1 < first + 64; consumer 0 never (it
@@ -569,6 +445,7 @@ struct BwdMainloop {
     // starts at m_min + 1 (its stages count from m_min).
     const bool first_masked =
         kSkipMasked && key0 > walk.tile(m_min) * kBlockM + kBlockM - 1 + seqlen_k - seqlen_q;
+    PipelineState st_q, st_do;
     if (first_masked) {
       pipe_q.consumer_wait(st_q);
       pipe_do.consumer_wait(st_do);
@@ -585,14 +462,17 @@ struct BwdMainloop {
       hand_dq(0);
     }
     const int m_first = m_min + (first_masked ? 1 : 0);
-    if constexpr (kStFirst) {
-      run_st_first(m_first);
-      return;
-    }
 
     // Software-pipelined by one GEMM: S^T of block m + 1 is issued at the end of block m, behind its
     // dK GEMM, and its P^T, dS^T computed there; the first block's before the loop (the caller runs
     // this only when m_min < m_max).
+    // Other orders measured slower (twenty-sixth session, H100 SXM, d = 128 bf16 backward at 2k / 8k / causal
+    // 2k / causal 8k against base runs in the same calls, results/history/h100_bwd26.md, removed):
+    // dV issued right after P^T's conversion (under dS^T's math) and waited before the dS barrier:
+    // -10 / -11 / -7 / -9 %; S^T(m + 1) issued ahead of dQ(m) and dK(m), P^T(m + 1) under them, dP^T and dV
+    // issued together: -5 / -6 / -1.5 / -5 %; dQ handed over after the S^T(m + 1) issue: -3 / -2 / -1 / -3 %.
+    // Correct all (62 tests, the sanitizers on the second). What they share: the default issues dV, dQ and
+    // dK back to back right after the dS barrier, and each of them split that burst.
     if (m_first < m_max) {
       mask_words(m_first);
       pipe_q.consumer_wait(st_q);
@@ -601,7 +481,7 @@ struct BwdMainloop {
     }
     for (int m = m_first; m < m_max; ++m) {
       const int i = m - m_min;
-      if constexpr (!kDvEarly) { wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV); }
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
       share_ds(i);
       if constexpr (kPRounded) {                  // dV done (rP free) before dQ's accumulators are live
         warpgroup_wait<0>();
@@ -615,7 +495,7 @@ struct BwdMainloop {
       warpgroup_fence_operand(tdQrdQ);
       pipe_do.consumer_release(st_do);            // dP^T and dV have read dO
       ++st_do;
-      if constexpr (!kHandDqLate) { hand_dq(i); }
+      hand_dq(i);
       if (m + 1 < m_max) {
         mask_words(m + 1);                        // under dK, before S^T adds 32 live registers
         // S^T of the next block into tSrS (dead since rP), queued behind dK.
@@ -623,14 +503,12 @@ struct BwdMainloop {
         ++st_q_next;
         pipe_q.consumer_wait(st_q_next);
         wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q_next.index()), tSrS);
-        if constexpr (kHandDqLate) { hand_dq(i); }  // in flight: dK, the next S^T
         warpgroup_wait<1>();                      // dK done (in flight: the next S^T)
         warpgroup_fence_operand(tdKrdK);
         pipe_q.consumer_release(st_q);            // S^T and dK have read Q
         ++st_q;
         p_and_ds(m + 1, st_q, st_do);
       } else {
-        if constexpr (kHandDqLate) { hand_dq(i); }  // in flight: dK
         warpgroup_wait<0>();                      // dK done
         warpgroup_fence_operand(tdKrdK);
         pipe_q.consumer_release(st_q);
