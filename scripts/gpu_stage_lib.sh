@@ -7,6 +7,8 @@
 #   stage NAME TIMEOUT CMD   CMD under timeout (cut to what is left before DEADLINE), log OUT/NAME.log,
 #                            its rc and the lines that say pass/fail
 #   gpu_finish               OUT/logs.tgz of the logs and results, the loose copies removed
+#   fa3_impls / fa3_required FA3 (scripts/fa3_ref) in the benchmarks where carried / required
+#   ncu_source_pages         per-kernel SASS source pages of an Nsight Compute report
 #   gpu_result_prefix        the benchmarks' own name for this GPU (bench.gpu_slug: h200, h100_80gb_hbm3)
 gpu_setup() {
   T0=$(date +%s)
@@ -76,6 +78,29 @@ fa3_impls() {
     echo "no $FLASH_ATTN_CUDA_BENCH_FA3_LIB: the runs go on without FA3"
     IMPLS=flash_attn_cuda,sdpa_cudnn
   fi
+}
+
+# fa3_required: LIB, the carried .fa3/libfa3ref.so (FLASH_ATTN_CUDA_BENCH_FA3_LIB exported), for calls that measure
+# FA3 itself; exits 2 without it.
+fa3_required() {
+  LIB=$PWD/.fa3/libfa3ref.so
+  [ -f "$LIB" ] || { echo "no $LIB (scripts/fa3_ref/build.sh)"; exit 2; }
+  export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$LIB
+}
+
+# ncu_source_pages REP NAME_BASE TAG:REGEX ...: from an Nsight Compute report of SourceCounters, each kernel's first
+# two launches (REGEX over its NAME_BASE name: function or demangled) as OUT/res/src_<TAG>_<0|1>.csv (the source
+# page, SASS), and OUT/res/src_details.csv; ncu's errors in OUT/src.err.
+ncu_source_pages() {
+  local rep=$1 base=$2 k skip
+  shift 2
+  for k in "$@"; do
+    for skip in 0 1; do
+      ncu --import "$rep" --kernel-name-base "$base" -k "regex:${k#*:}" --launch-skip $skip --launch-count 1 \
+        --page source --csv --print-source sass > "$OUT/res/src_${k%%:*}_$skip.csv" 2>> "$OUT/src.err"
+    done
+  done
+  ncu --import "$rep" --page details --csv --print-units base > "$OUT/res/src_details.csv" 2>/dev/null
 }
 
 # gpu_result_prefix: the prefix of result files, the benchmarks' own name for this GPU (bench.gpu_slug: h200,

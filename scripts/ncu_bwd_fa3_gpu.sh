@@ -18,9 +18,7 @@ export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_
   FLASH_ATTN_CUDA_BACKWARD=1 FLASH_ATTN_CUDA_FEATURES=0 FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 \
   MAX_JOBS=16
 DEADLINE=${DEADLINE:-560}
-LIB=$PWD/.fa3/libfa3ref.so
-[ -f "$LIB" ] || { echo "no $LIB (scripts/fa3_ref/build.sh)"; exit 2; }
-export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$LIB
+fa3_required
 gpu_build 300
 n=0
 IFS=';' read -ra pre <<< "${PRE:-}"
@@ -33,13 +31,8 @@ stage ncu_src 300 ncu --clock-control none --profile-from-start off --kernel-nam
   python3 scripts/ncu_bwd_probe.py --hdims 128 --seqlens ${SEQLEN:-8192} --causal both --impls flash_attn_cuda,fa3_ref
 grep -h "call:" "$OUT/ncu_src.log"
 if [ -f "$OUT/src.ncu-rep" ]; then
-  for k in "ours:sm90::bwd_kernel<" fa3:FlashAttnBwdSm90; do
-    for skip in 0 1; do  # 0: non-causal, 1: causal (the probe's order)
-      ncu --import "$OUT/src.ncu-rep" --kernel-name-base demangled -k "regex:${k#*:}" --launch-skip $skip --launch-count 1 \
-        --page source --csv --print-source sass > "$OUT/res/src_${k%%:*}_$skip.csv" 2>> "$OUT/src.err"
-    done
-  done
-  ncu --import "$OUT/src.ncu-rep" --page details --csv --print-units base > "$OUT/res/src_details.csv" 2>/dev/null
+  # launch 0: non-causal, 1: causal (the probe's order)
+  ncu_source_pages "$OUT/src.ncu-rep" demangled "ours:sm90::bwd_kernel<" fa3:FlashAttnBwdSm90
   ls -la "$OUT/res"; head -c 600 "$OUT/src.err"
 fi
 gpu_finish

@@ -16,22 +16,15 @@ export FLASH_ATTN_CUDA_ARCHS="90;90a" FLASH_ATTN_CUDA_HDIMS=128 FLASH_ATTN_CUDA_
   FLASH_ATTN_CUDA_BACKWARD=0 FLASH_ATTN_CUDA_FEATURES=0 FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_SMEM_TILES=0 \
   MAX_JOBS=16
 DEADLINE=${DEADLINE:-540}
-LIB=$PWD/.fa3/libfa3ref.so
-[ -f "$LIB" ] || { echo "no $LIB (scripts/fa3_ref/build.sh)"; exit 2; }
-export FLASH_ATTN_CUDA_BENCH_FA3_LIB=$LIB
+fa3_required
 gpu_build 240
 if [ "${SOURCE:-0}" = 1 ]; then
   stage ncu_src 240 ncu --clock-control none --profile-from-start off --section WarpStateStats --section SourceCounters \
     --section InstructionStats -k "regex:fwd_kernel_persistent|device_kernel" -f -o "$OUT/src" \
     python3 scripts/ncu_probe.py --forward-only --seqlens 8192 --fa3-lib "$LIB"
   ncu --import "$OUT/src.ncu-rep" --page source --csv --print-source sass > "$OUT/res/src_all.csv" 2> "$OUT/src.err"
-  for k in ours:fwd_kernel_persistent fa3:device_kernel; do
-    for skip in 0 1; do  # 0: non-causal, 1: causal (ncu_probe.py's order)
-      ncu --import "$OUT/src.ncu-rep" -k "regex:${k#*:}" --launch-skip $skip --launch-count 1 --page source --csv \
-        --print-source sass > "$OUT/res/src_${k%%:*}_$skip.csv" 2>> "$OUT/src.err"
-    done
-  done
-  ncu --import "$OUT/src.ncu-rep" --page details --csv --print-units base > "$OUT/res/src_details.csv" 2>/dev/null
+  # launch 0: non-causal, 1: causal (ncu_probe.py's order)
+  ncu_source_pages "$OUT/src.ncu-rep" function ours:fwd_kernel_persistent fa3:device_kernel
   ls -la "$OUT/res"; head -c 600 "$OUT/src.err"; mv "$OUT/src.ncu-rep" "$OUT/res/" 2>/dev/null
   gpu_finish; exit 0
 fi
