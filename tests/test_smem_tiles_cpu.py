@@ -12,10 +12,7 @@ Skipped, with the reason, where nvcc or the CUTLASS headers are missing.
 """
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -24,6 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "third_party"))
 import gen_instantiations  # noqa: E402
+import host_cxx  # noqa: E402
 
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 BUDGETS_KB = (227, 163, 99)
@@ -31,36 +29,11 @@ BUDGETS_KB = (227, 163, 99)
 GPU_OPTIN = {"sm90": 232448, "sm80": 166912, "sm86/sm89": 101376}
 
 
-def _nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    candidate = pathlib.Path(home) / "bin" / "nvcc"
-    return str(candidate) if candidate.exists() else shutil.which("nvcc")
-
-
-def _cutlass_include() -> str | None:
-    try:
-        import find_cutlass
-        return find_cutlass.include_dir()
-    except Exception:  # noqa: BLE001 - any failure to locate the headers is a skip reason
-        return None
-
-
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    nvcc, cutlass = _nvcc(), _cutlass_include()
-    if nvcc is None:
-        pytest.skip("nvcc not found (CUDA_HOME/bin/nvcc or PATH): cannot build tests/smem_tiles.cu")
-    if cutlass is None:
-        pytest.skip("CUTLASS headers not found (third_party/find_cutlass.py)")
-    exe = tmp_path_factory.mktemp("smem_tiles") / "smem_tiles"
-    build = subprocess.run([nvcc, "-std=c++20", "--expt-relaxed-constexpr", f"-I{ROOT / 'csrc'}", f"-I{cutlass}",
-                            "-o", str(exe), str(ROOT / "tests" / "smem_tiles.cu")],
-                           capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
+    stdout = host_cxx.build_cute(tmp_path_factory.mktemp("smem_tiles"), ROOT / "tests" / "smem_tiles.cu")
     rows, picks = {}, {}
-    for line in run.stdout.splitlines():
+    for line in stdout.splitlines():
         kind, direction, *fields = line.split()
         values = [int(v) for v in fields]
         if kind == "row":

@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_kv, 1);
     if constexpr (Traits::kDQByTma) {
       for (int s = 0; s < Traits::kDQStages; ++s) {
-        cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_full[s], Traits::kNConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_full[s], Traits::kDQFullArrivals);
         cutlass::arch::ClusterBarrier::init(&ss.barrier_dq_empty[s], 1);
       }
     }

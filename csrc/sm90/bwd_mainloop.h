@@ -432,7 +432,12 @@ struct BwdMainloop {
         store_pairs_shared(tdQrdQ, tdQsdQ);
       }
       cutlass::arch::fence_view_async_shared();   // the TMA reads what st.shared wrote
-      cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
+      if constexpr (Traits::kDQWarpArrive) {           // the warp's fenced stores ordered before one arrival
+        __syncwarp();
+        if (cute::elect_one_sync()) { cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage); }
+      } else {
+        cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
+      }
     };
     // Causal: the first query block can see none of this warpgroup's 64 keys. With first = n0 -
     // (seqlen_k - seqlen_q), the first query that sees key n0 (q_block_range): consumer 1 (keys n0 + 64

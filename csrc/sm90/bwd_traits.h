@@ -79,6 +79,32 @@ struct BwdOperandSmem {
 template <int kHeadDim, int kBlockM>
 inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 
+// sdQ's layout where the consumers store dQ from the wgmma C fragment (not kDQSwapAB): a thread's
+// st.shared.v2.f32 writes columns 2 (t%4) + {0, 1} of row t/4 (of its warp's 8), and an 8-byte store is
+// served per half-warp (rows 0-3, rows 4-7). Under the 128-byte fp32 swizzle rows 2r and 2r + 1 put their 32
+// bytes in the same two 16-byte chunks, so each half-warp meets a 2-way bank conflict: 4 wavefronts per
+// STS.64 instead of 2 (Nsight Compute, d = 128 bf16 2 x 8k: 34 M of the kernel's 390 M shared wavefronts
+// excessive, causal; FA3 none). FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8=1: sdQ as column blocks of 8 fp32 (32 bytes),
+// rows consecutive inside a block ((q, (8, d / 8)) : (8, (1, 8 kBlockM))), no swizzle: a half-warp's four rows
+// are 128 consecutive bytes, 2 wavefronts per STS.64. The TMA reduce-add (and store-first's store) reads it as a
+// 3-D box (8 columns, kBlockM rows, d / 8 blocks). Off until measured.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8
+#define FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 0
+#endif
+// dq_full's arrivals: every consumer thread (default), or with FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE=1 one
+// elected thread per consumer warp after __syncwarp (8 mbarrier arrivals per step instead of 256; FA3 hands its
+// dQ over with one named-barrier arrive per warp). Off until measured.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE
+#define FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE 0
+#endif
+constexpr bool kBwdDQWarpArrive = FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE != 0;
+template <int kBlockM, int kHeadDim, int kDQStages, bool kCol8>
+using BwdSmemLayoutDQ = std::conditional_t<
+    kCol8,
+    Layout<Shape<Int<kBlockM>, Shape<_8, Int<kHeadDim / 8>>, Int<kDQStages>>,
+           Stride<_8, Stride<_1, Int<8 * kBlockM>>, Int<kBlockM * kHeadDim>>>,
+    decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}))>;
+
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_, int kDQStages_ = 2>
 struct BwdTraits
     : BwdOperandSmem<kHeadDim_, kBlockM_, kBlockN_, kStages_, Element_, kBwdDQCols<kHeadDim_, kBlockM_> % 64 != 0> {
@@ -97,6 +123,8 @@ struct BwdTraits
   static constexpr int kWGKeys = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
   static constexpr int kNConsumerThreads = 128 * kNConsumerWG;
+  static constexpr bool kDQWarpArrive = kBwdDQWarpArrive;  // dq_full: one arrival per consumer warp
+  static constexpr int kDQFullArrivals = kDQWarpArrive ? kNConsumerThreads / 32 : kNConsumerThreads;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   // dQ (kBlockM x d) split between the consumers: by rows when kBlockM = 128, else by columns.
@@ -140,9 +168,9 @@ struct BwdTraits
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSStages>>{}));
   using SmemLayoutDSt = decltype(composition(
       SmemLayoutDS{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSStages>>{}, Step<_2, _1, _3>{})));
-  // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce).
-  using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{},
-                                              Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
+  // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce); column blocks
+  // of 8 with FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 (above; the swapped dQ^T's scalar stores keep the swizzle).
+  using SmemLayoutDQ = BwdSmemLayoutDQ<kBlockM, kHeadDim, kDQStages, FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 && !kDQSwapAB>;
   // Its transpose (d, q, stage): where the swapped dQ^T is stored.
   using SmemLayoutDQt = decltype(composition(
       SmemLayoutDQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kDQStages>>{}, Step<_2, _1, _3>{})));
@@ -164,7 +192,7 @@ struct BwdTraits
     typename Pipeline::SharedStorage pipe_q;
     typename Pipeline::SharedStorage pipe_do;
     alignas(8) uint64_t barrier_kv;
-    uint64_t barrier_dq_full[kDQStages];   // 256 consumer arrivals: sdQ stage written
+    uint64_t barrier_dq_full[kDQStages];   // kDQFullArrivals consumer arrivals: sdQ stage written
     uint64_t barrier_dq_empty[kDQStages];  // 1 writer arrival: the reduce has read the stage
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
