@@ -6,14 +6,16 @@
 # Runs base / c8 / c8w / base / c8 / c8w, backward and fwd+bwd at 2k / 8k, causal and not; then the sm90 backward
 # tests on c8w (both options).
 #   OUT=$OUT scripts/sdq_col8_gpu.sh      (carry [".whl", ".fa3"]; about 9 minutes on an H100)
+# A shorter call: HDIMS=128 ORDER="base1:base c8:c8 c8w:c8w base2:base" DEADLINE=380.
 set -uo pipefail
 OUT=${OUT:-$PWD/sdqcol8_out}
-export OUT FLASH_ATTN_CUDA_HDIMS=64,128 FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1
+HDIMS=${HDIMS:-128,64}
+export OUT FLASH_ATTN_CUDA_HDIMS=$HDIMS FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1
 . "$(dirname "$0")/gpu_stage_lib.sh"
 fa3_impls
 D=-DFLASH_ATTN_CUDA_SM90_BWD_
-UNITS="sm90_bwd_hdim128_bf16.o sm90_bwd_hdim64_bf16.o" \
+UNITS=$(for d in ${HDIMS//,/ }; do printf "sm90_bwd_hdim%s_bf16.o " "$d"; done) \
 VARIANTS=${VARIANTS:-"c8:${D}SDQ_COL8=1 c8w:${D}SDQ_COL8=1,${D}DQ_WARP_ARRIVE=1"} \
 ORDER=${ORDER:-"base1:base c8:c8 c8w:c8w base2:base c82:c8 c8w2:c8w"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-70} \
-BENCH="flash_attn_cuda.bench --directions bwd --hdims 128,64 --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order ${BENCH_ORDER:-ab}" \
+BENCH="flash_attn_cuda.bench --directions bwd --hdims $HDIMS --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order ${BENCH_ORDER:-ab}" \
 TEST_VARIANT=${TEST_VARIANT-c8w} TESTS="tests/test_sm90_bwd_gpu.py" DEADLINE=${DEADLINE:-570} bash scripts/variants_gpu.sh
