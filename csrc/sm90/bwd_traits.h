@@ -86,8 +86,8 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 // STS.64 instead of 2 (Nsight Compute, d = 128 bf16 2 x 8k: 34 M of the kernel's 390 M shared wavefronts
 // excessive, causal; FA3 none). FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8=1: sdQ as column blocks of 8 fp32 (32 bytes),
 // rows consecutive inside a block ((q, (8, d / 8)) : (8, (1, 8 kBlockM))), no swizzle: a half-warp's four rows
-// are 128 consecutive bytes, 2 wavefronts per STS.64. The TMA reduce-add (and store-first's store) reads it as a
-// 3-D box (8 columns, kBlockM rows, d / 8 blocks). Off until measured.
+// are 128 consecutive bytes, 2 wavefronts per STS.64 (tools/sdq_banks.cu counts both layouts). CuTe issues the
+// TMA reduce-add (and store-first's store) of a stage as 4 UTMAREDG.4D instead of 1 (d = 128). Off until measured.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8
 #define FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 0
 #endif
