@@ -4,7 +4,7 @@
 # sm90 backward units (scripts/variants_gpu.sh), FA3 (scripts/fa3_ref, where carried) and cuDNN in every run:
 # c8w adds FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE=1 (dq_full: one arrival per consumer warp, not per thread).
 # Runs base / c8 / c8w / base / c8 / c8w, backward and fwd+bwd at 2k / 8k, causal and not; then the sm90 backward
-# tests on c8w (both options).
+# tests on c8w (both options) and, in the time left, compute-sanitizer (memcheck, racecheck, synccheck) on it.
 #   OUT=$OUT scripts/sdq_col8_gpu.sh      (carry [".whl", ".fa3"]; about 9 minutes on an H100)
 # A shorter call: HDIMS=128 ORDER="base1:base c8:c8 c8w:c8w base2:base" DEADLINE=380.
 set -uo pipefail
@@ -18,4 +18,5 @@ UNITS=$(for d in ${HDIMS//,/ }; do printf "sm90_bwd_hdim%s_bf16.o " "$d"; done) 
 VARIANTS=${VARIANTS:-"c8:${D}SDQ_COL8=1 c8w:${D}SDQ_COL8=1,${D}DQ_WARP_ARRIVE=1"} \
 ORDER=${ORDER:-"base1:base c8:c8 c8w:c8w base2:base c82:c8 c8w2:c8w"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-70} \
 BENCH="flash_attn_cuda.bench --directions bwd --hdims $HDIMS --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order ${BENCH_ORDER:-ab}" \
-TEST_VARIANT=${TEST_VARIANT-c8w} TESTS="tests/test_sm90_bwd_gpu.py" DEADLINE=${DEADLINE:-570} bash scripts/variants_gpu.sh
+TEST_VARIANT=${TEST_VARIANT-c8w} TESTS="tests/test_sm90_bwd_gpu.py" AFTER=${AFTER-"bash scripts/sanitize.sh scripts/sanitize_sm90_bwd.py 128"} \
+DEADLINE=${DEADLINE:-570} bash scripts/variants_gpu.sh

@@ -9,7 +9,8 @@
 # check every impl against the float32 reference before timing it.
 #   OUT=$OUT UNITS="decode_hdim128_bf16.o decode_dispatch.o" VARIANTS="R:-DX=1 B:-DY=2,-DZ=3" \
 #     BENCH="flash_attn_cuda.bench_decode --heads 32:8 ..." scripts/variants_gpu.sh   (cutlass wheel in .whl/)
-#   TEST_VARIANT=name TESTS="tests/x.py": that variant's copy runs pytest on TESTS after the benches.
+#   TEST_VARIANT=name TESTS="tests/x.py": that variant's copy runs pytest on TESTS after the benches, then AFTER
+#   (a command, e.g. AFTER="bash scripts/sanitize.sh scripts/sanitize_sm90_bwd.py 128") in the time left.
 #   SMOKE="python3 scripts/x.py": a first check of each variant (60 s); a failed one is left out.
 #   A variant token NVCC=PATH compiles that variant's units with another nvcc (scripts/ptxas_shadow.sh: the
 #   same nvcc with another release's ptxas), e.g. VARIANTS="p128:NVCC=/tmp/cuda_p128/bin/nvcc".
@@ -92,5 +93,7 @@ for o in $ORDER; do
 done
 if [ -n "${TEST_VARIANT:-}" ]; then
   ( cd /tmp/v_$TEST_VARIANT && PYTHONPATH=$PWD TAILN=4 stage tests_$TEST_VARIANT 150 python3 -m pytest -q -p no:cacheprovider -rfE ${TESTS:-tests/test_kvcache_gpu.py} )
+  # AFTER: a command run in that variant's copy once its tests are done, e.g. the sanitizers on it.
+  [ -z "${AFTER:-}" ] || ( cd /tmp/v_$TEST_VARIANT && PYTHONPATH=$PWD TAILN=6 stage after_$TEST_VARIANT ${AFTER_TIMEOUT:-150} bash -c "$AFTER" )
 fi
 gpu_finish
