@@ -11,14 +11,17 @@
 #   OUT=$OUT scripts/bwd_fa3_options_gpu.sh     (carry [".whl", ".fa3"]; about 8 minutes on an H100)
 # Other options of the same unit: VARIANTS, ORDER and TEST_VARIANT, e.g. the dQ writer's early ticket:
 #   VARIANTS="te:-DFLASH_ATTN_CUDA_SM90_BWD_TICKET_EARLY=1" ORDER="base1:base te:te base2:base te2:te" TEST_VARIANT=te
+# HDIMS (default 128): the head dims built, recompiled (sm90_bwd_hdim<d>_bf16) and benchmarked; AFTER (variants_gpu.sh)
+# runs in the tested variant's copy after its tests.
 set -uo pipefail
 OUT=${OUT:-$PWD/bwdfa3_out}
-export OUT FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1
+HDIMS=${HDIMS:-128}
+export OUT FLASH_ATTN_CUDA_HDIMS=$HDIMS FLASH_ATTN_CUDA_KVCACHE=0 FLASH_ATTN_CUDA_BACKWARD=1
 . "$(dirname "$0")/gpu_stage_lib.sh"
 fa3_impls
 D=-DFLASH_ATTN_CUDA_SM90_
-UNITS="sm90_bwd_hdim128_bf16.o" \
+UNITS=$(for d in ${HDIMS//,/ }; do printf "sm90_bwd_hdim%s_bf16.o " "$d"; done) \
 VARIANTS=${VARIANTS:-"se1:${D}BWD_STATS_EARLY=1 sp8:${D}BWD_EXP_SPLIT=8 both:${D}BWD_STATS_EARLY=1,${D}BWD_EXP_SPLIT=8 bh:${D}BWD_CACHE_HINTS=1"} \
 ORDER=${ORDER:-"base1:base se1:se1 sp8:sp8 both:both bh:bh base2:base"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-50} \
-BENCH="flash_attn_cuda.bench --directions bwd --hdims 128 --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order ${BENCH_ORDER:-abba}" \
+BENCH="flash_attn_cuda.bench --directions bwd --hdims $HDIMS --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order ${BENCH_ORDER:-abba}" \
 TEST_VARIANT=${TEST_VARIANT-both} TESTS="tests/test_sm90_bwd_gpu.py" DEADLINE=${DEADLINE:-540} bash scripts/variants_gpu.sh

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "third_party"))  # find_cutlass (build_cute)
 
 
 def build(directory: pathlib.Path, name: str, source: str, cuda_headers: bool = False) -> pathlib.Path:
@@ -43,7 +44,6 @@ def _nvcc():
 
 
 def _cutlass_include():
-    sys.path.insert(0, str(ROOT / "third_party"))
     try:
         import find_cutlass
         return find_cutlass.include_dir()

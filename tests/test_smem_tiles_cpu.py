@@ -19,7 +19,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-sys.path.insert(0, str(ROOT / "third_party"))
 import gen_instantiations  # noqa: E402
 import host_cxx  # noqa: E402
 

@@ -8,8 +8,6 @@
 // Compute measured at d = 128), the 8-column blocks (FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8=1) 2.00, the ideal.
 #include <cstdio>
 
-#include <cute/atom/mma_atom.hpp>
-#include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 
 #include "sm90/bwd_traits.h"
@@ -19,10 +17,12 @@ using namespace cute;
 // Mean and worst wavefronts per STS.64 over both consumer warpgroups, 4 warps each, every store of the fragment.
 template <int kD, bool kCol8>
 void report(const char* name) {
-  constexpr int kBlockM = 64, kCols = kD / 2;  // kBwdDQCols at kBlockM = 64
-  using Tile = Shape<Int<kBlockM>, Int<kCols>, _128>;
-  using Mma = decltype(make_tiled_mma(GMMA::ss_op_selector<cutlass::bfloat16_t, cutlass::bfloat16_t, float, Tile,
-                                                           GMMA::Major::K, GMMA::Major::MN>()));
+  // The default 64-row tile of d = 64 / 128 (bwd_tile_table.h): its dQ wgmma; the layout given explicitly (the
+  // tile's own SmemLayoutDQ follows the build's macro).
+  using Traits = flash::sm90::BwdTraits<kD, 64, 128, 2, cutlass::bfloat16_t, 2>;
+  constexpr int kBlockM = Traits::kBlockM, kCols = Traits::kDQCols;
+  static_assert(!Traits::kDQSwapAB && !Traits::kDQSplitRows, "dQ split by columns, stored from the C fragment");
+  using Mma = typename Traits::MmaDQ;
   using L = flash::sm90::BwdSmemLayoutDQ<kBlockM, kD, 2, kCol8>;
   // Offsets only: the swizzle (if any) composed into the layout, as the kernel's position-independent view.
   auto sdq = make_tensor(make_smem_ptr(static_cast<float*>(nullptr)), L{});

@@ -97,7 +97,6 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE
 #define FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE 0
 #endif
-constexpr bool kBwdDQWarpArrive = FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE != 0;
 template <int kBlockM, int kHeadDim, int kDQStages, bool kCol8>
 using BwdSmemLayoutDQ = std::conditional_t<
     kCol8,
@@ -123,7 +122,8 @@ struct BwdTraits
   static constexpr int kWGKeys = 64;
   static constexpr int kNThreads = 128 * (kNConsumerWG + 1);
   static constexpr int kNConsumerThreads = 128 * kNConsumerWG;
-  static constexpr bool kDQWarpArrive = kBwdDQWarpArrive;  // dq_full: one arrival per consumer warp
+  // dq_full: one arrival per consumer warp (FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE above), else per thread.
+  static constexpr bool kDQWarpArrive = FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE != 0;
   static constexpr int kDQFullArrivals = kDQWarpArrive ? kNConsumerThreads / 32 : kNConsumerThreads;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
