@@ -24,4 +24,4 @@ UNITS=$(for d in ${HDIMS//,/ }; do printf "sm90_bwd_hdim%s_bf16.o " "$d"; done) 
 VARIANTS=${VARIANTS:-"se1:${D}BWD_STATS_EARLY=1 sp8:${D}BWD_EXP_SPLIT=8 both:${D}BWD_STATS_EARLY=1,${D}BWD_EXP_SPLIT=8 bh:${D}BWD_CACHE_HINTS=1"} \
 ORDER=${ORDER:-"base1:base se1:se1 sp8:sp8 both:both bh:bh base2:base"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-50} \
 BENCH="flash_attn_cuda.bench --directions bwd --hdims $HDIMS --seqlens ${SEQLENS:-2048,8192} --causal both --impls $IMPLS --order ${BENCH_ORDER:-abba}" \
-TEST_VARIANT=${TEST_VARIANT-both} TESTS="tests/test_sm90_bwd_gpu.py" DEADLINE=${DEADLINE:-540} bash scripts/variants_gpu.sh
+TEST_VARIANT=${TEST_VARIANT-both} TESTS=${TESTS:-tests/test_sm90_bwd_gpu.py} DEADLINE=${DEADLINE:-540} bash scripts/variants_gpu.sh

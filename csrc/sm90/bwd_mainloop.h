@@ -301,6 +301,22 @@ struct BwdMainloop {
     Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
     Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
     Tensor sdQt_pi = as_position_independent_swizzle_tensor(sm.dqt);        // (d, q, dq_stage) fp32
+    // The views the consumers store through (Traits::kDQRowPerm, bwd_traits.h): dS^T's query q at sdS row
+    // sigma^-1(q), and dQ's wgmma row p at sdQ row sigma(p); without it, sdS and sdQ themselves.
+    Tensor sdSt_w = [&] {                                                   // (keys, q, ds_stage)
+      if constexpr (Traits::kDQRowPerm) {
+        return make_tensor(sdSt_pi.data(), composition(sdSt_pi.layout(), typename Traits::DStWriteTiler{}));
+      } else {
+        return sdSt_pi;
+      }
+    }();
+    Tensor sdQ_w = [&] {                                                    // (q, d, dq_stage) fp32
+      if constexpr (Traits::kDQRowPerm) {
+        return make_tensor(sdQ_pi.data(), composition(sdQ_pi.layout(), typename Traits::DQStoreTiler{}));
+      } else {
+        return sdQ_pi;
+      }
+    }();
 
     // Step m (query tile walk.tile(m)) up to its GEMM operands, once S^T of it has been issued: dP^T
     // issued, P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to
@@ -389,7 +405,7 @@ struct BwdMainloop {
     // dS^T of block i (rdS) to this warpgroup's keys of sdS stage i % kDSStages; both warpgroups meet
     // (each one's dQ GEMM reads every key of the stage).
     auto share_ds = [&](int i) {
-      Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_pi(_, _, i % kDSStages),
+      Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_w(_, _, i % kDSStages),
                                                          Shape<Int<kWGKeys>, Int<kBlockM>>{},
                                                          make_coord(cwg, _0{})));  // this WG's dS^T
       copy(r2s_ds, tdSrdS, tdSsdSt);
@@ -426,7 +442,7 @@ struct BwdMainloop {
                                                        make_coord(dq_col_blk, _0{})));
         store_shared(tdQrdQ, tdQsdQt);
       } else {
-        Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_pi(_, _, dq_stage),
+        Tensor tdQsdQ = thr_dq.partition_C(local_tile(sdQ_w(_, _, dq_stage),
                                                       Shape<Int<Traits::kDQRows>, Int<Traits::kDQCols>>{},
                                                       make_coord(dq_row_blk, dq_col_blk)));
         store_pairs_shared(tdQrdQ, tdQsdQ);

@@ -79,30 +79,43 @@ struct BwdOperandSmem {
 template <int kHeadDim, int kBlockM>
 inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 
-// sdQ's layout where the consumers store dQ from the wgmma C fragment (not kDQSwapAB): a thread's
-// st.shared.v2.f32 writes columns 2 (t%4) + {0, 1} of row t/4 (of its warp's 8), and an 8-byte store is
-// served per half-warp (rows 0-3, rows 4-7). Under the 128-byte fp32 swizzle rows 2r and 2r + 1 put their 32
-// bytes in the same two 16-byte chunks, so each half-warp meets a 2-way bank conflict: 4 wavefronts per
-// STS.64 instead of 2 (Nsight Compute, d = 128 bf16 2 x 8k: 34 M of the kernel's 390 M shared wavefronts
-// excessive, causal; FA3 none). FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8=1: sdQ as column blocks of 8 fp32 (32 bytes),
-// rows consecutive inside a block ((q, (8, d / 8)) : (8, (1, 8 kBlockM))), no swizzle: a half-warp's four rows
-// are 128 consecutive bytes, 2 wavefronts per STS.64 (tools/sdq_banks.cu counts both layouts). CuTe issues the
-// TMA reduce-add (and store-first's store) of a stage as 4 UTMAREDG.4D instead of 1 (d = 128). Off until measured.
-#ifndef FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8
-#define FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 0
-#endif
+// sdQ (q, d, stage) fp32, where the consumers store dQ from the wgmma C fragment: the 128-byte swizzle, one TMA
+// reduce-add of 128-byte rows per stage. A thread's st.shared.v2.f32 writes columns 2 (t%4) + {0, 1} of row t/4
+// (of its warp's 8), and an 8-byte store is served per half-warp (rows 0-3, rows 4-7). Under the swizzle rows 2r
+// and 2r + 1 put their 32 bytes in the same two 16-byte chunks: a 2-way bank conflict per half-warp, 4 wavefronts
+// per STS.64 instead of 2 (Nsight Compute, d = 128 bf16 2 x 8k: 34 M of the kernel's 390 M shared wavefronts
+// excessive, causal; FA3 none).
+// Removed (twenty-eighth session): sdQ as column blocks of 8 fp32 without swizzle (SDQ_COL8: conflict-free stores,
+// but CuTe then issues 4 UTMAREDG.4D of 32-byte rows per stage). H100 SXM, backward against the same call's base
+// (results/history/h100_sdqcol8_28.md): d = 128 -12.8 / -10.2 / -5.4 / -3.9 % at 2k / 8k / causal 2k / causal
+// 8k, d = 64 -2.0 to -5.4 %. The writer's reduce of 32-byte rows costs more than the conflicts did.
 // dq_full's arrivals: every consumer thread (default), or with FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE=1 one
 // elected thread per consumer warp after __syncwarp (8 mbarrier arrivals per step instead of 256; FA3 hands its
-// dQ over with one named-barrier arrive per warp). Off until measured.
+// dQ over with one named-barrier arrive per warp). With SDQ_COL8 (above) it measured -0.6 to +0.5 % against
+// SDQ_COL8 alone (h100_sdqcol8_28.md): off.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE
 #define FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE 0
 #endif
-template <int kBlockM, int kHeadDim, int kDQStages, bool kCol8>
-using BwdSmemLayoutDQ = std::conditional_t<
-    kCol8,
-    Layout<Shape<Int<kBlockM>, Shape<_8, Int<kHeadDim / 8>>, Int<kDQStages>>,
-           Stride<_8, Stride<_1, Int<8 * kBlockM>>, Int<kBlockM * kHeadDim>>>,
-    decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}))>;
+// FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM=1: the conflict removed by permuting rows (sdQ keeps the 128-byte swizzle
+// and its one TMA reduce-add per stage). The consumers write dS^T's query columns into sdS in the order
+// sigma^-1, so the dQ wgmma's row p (A = sdS row p) is query sigma(p), and a thread stores that row to sdQ row
+// sigma(p): a half-warp's rows 0-3 land on sdQ rows 0, 2, 4, 6, four distinct 32-byte bank groups under the swizzle
+// (2 wavefronts per STS.64; tools/sdq_banks.cu). Both are index maps on stores the kernel already makes (the dS
+// stmatrix rows are 16-byte rows of one query each): nothing added in the loop (d = 128: 24 more SASS
+// instructions of 8,968, address set-up; 0 spills, no C751x). Not for the swapped dQ^T. Off until measured.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM
+#define FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM 0
+#endif
+// sigma over the kBlockM query rows, within each 8: wgmma row p = a + 4 b + 8 c (a < 4, b < 2) holds query
+// 2 a + b + 8 c. Its inverse: query q = b + 2 a + 8 c sits at row a + 4 b + 8 c.
+template <int kBlockM>
+using BwdDQRowPerm = Layout<Shape<_4, _2, Int<kBlockM / 8>>, Stride<_2, _1, _8>>;
+template <int kBlockM>
+using BwdDQRowPermInv = Layout<Shape<_2, _4, Int<kBlockM / 8>>, Stride<_4, _1, _8>>;
+
+template <int kBlockM, int kHeadDim, int kDQStages>
+using BwdSmemLayoutDQ =
+    decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_, int kDQStages_ = 2>
 struct BwdTraits
@@ -133,6 +146,8 @@ struct BwdTraits
   static constexpr int kDQCols = kBwdDQCols<kHeadDim, kBlockM>;
   // dQ^T = K^T dS^T per consumer (kDQCols x kBlockM) where kBlockM is no multiple of 64 (a wgmma's M).
   static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
+  // dS^T's query columns written in the order sigma^-1, dQ's rows stored in the order sigma (above).
+  static constexpr bool kDQRowPerm = FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM != 0 && !kDQSwapAB;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
@@ -168,12 +183,15 @@ struct BwdTraits
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSStages>>{}));
   using SmemLayoutDSt = decltype(composition(
       SmemLayoutDS{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSStages>>{}, Step<_2, _1, _3>{})));
-  // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce); column blocks
-  // of 8 with FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 (above; the swapped dQ^T's scalar stores keep the swizzle).
-  using SmemLayoutDQ = BwdSmemLayoutDQ<kBlockM, kHeadDim, kDQStages, FLASH_ATTN_CUDA_SM90_BWD_SDQ_COL8 && !kDQSwapAB>;
+  // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce; above).
+  using SmemLayoutDQ = BwdSmemLayoutDQ<kBlockM, kHeadDim, kDQStages>;
   // Its transpose (d, q, stage): where the swapped dQ^T is stored.
   using SmemLayoutDQt = decltype(composition(
       SmemLayoutDQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kDQStages>>{}, Step<_2, _1, _3>{})));
+  // kDQRowPerm's views, composed by mode: dS^T (keys, q, stage) written at rows sigma^-1 (q), dQ's wgmma row p
+  // (q, d, stage) stored at sdQ row sigma(p).
+  using DStWriteTiler = decltype(make_tile(_, BwdDQRowPermInv<kBlockM>{}, _));
+  using DQStoreTiler = decltype(make_tile(BwdDQRowPerm<kBlockM>{}, _, _));
 
   using Pipeline = typename Base::Pipeline;
   using PipelineState = typename Base::PipelineState;
