@@ -226,6 +226,10 @@ struct BwdMainloop {
   static constexpr bool kDeltaEarly = kBwdDeltaEarly && kCausal;
   // kBwdExpSplit where it was compiled and checked (d = 128 without dropout: 16 + 16 exp2 around the wait).
   static constexpr int kExpSplit = kD == 128 && !kDropout ? kBwdExpSplit : 0;
+  // Traits::kDQRowPerm (bwd_traits.h: dS^T's queries written in the order sigma^-1, dQ's rows stored by sigma)
+  // where it was measured and tested: not the dropout variant (built with the feature kernels), which keeps
+  // the plain order.
+  static constexpr bool kRowPerm = Traits::kDQRowPerm && !kDropout;
 
   // Shared tiles: sQ, sdO (q, d, stage), sQt, sdOt (d, q, stage), sK, sV (keys, d), sKt (d, keys),
   // sdS (q, keys, ds_stage), sdSt (keys, q, ds_stage), sdQ (q, d, dq_stage) fp32; sLse, sDelta (q,
@@ -301,17 +305,17 @@ struct BwdMainloop {
     Tensor sdSt_pi = as_position_independent_swizzle_tensor(sm.dst);        // (keys, q, ds_stage)
     Tensor sdQ_pi = as_position_independent_swizzle_tensor(sm.dq);          // (q, d, dq_stage) fp32
     Tensor sdQt_pi = as_position_independent_swizzle_tensor(sm.dqt);        // (d, q, dq_stage) fp32
-    // The views the consumers store through (Traits::kDQRowPerm, bwd_traits.h): dS^T's query q at sdS row
-    // sigma^-1(q), and dQ's wgmma row p at sdQ row sigma(p); without it, sdS and sdQ themselves.
+    // The views the consumers store through (kRowPerm): dS^T's query q at sdS row sigma^-1(q), and dQ's wgmma
+    // row p at sdQ row sigma(p); without it, sdS and sdQ themselves.
     Tensor sdSt_w = [&] {                                                   // (keys, q, ds_stage)
-      if constexpr (Traits::kDQRowPerm) {
+      if constexpr (kRowPerm) {
         return make_tensor(sdSt_pi.data(), composition(sdSt_pi.layout(), typename Traits::DStWriteTiler{}));
       } else {
         return sdSt_pi;
       }
     }();
     Tensor sdQ_w = [&] {                                                    // (q, d, dq_stage) fp32
-      if constexpr (Traits::kDQRowPerm) {
+      if constexpr (kRowPerm) {
         return make_tensor(sdQ_pi.data(), composition(sdQ_pi.layout(), typename Traits::DQStoreTiler{}));
       } else {
         return sdQ_pi;
