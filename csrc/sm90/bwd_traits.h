@@ -34,6 +34,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "../params.h"  // kBwdRowAlign
+#include "tuning_mode.h"
 
 namespace flash::sm90 {
 
@@ -96,15 +97,23 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE
 #define FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE 0
 #endif
-// FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM=1: the conflict removed by permuting rows (sdQ keeps the 128-byte swizzle
-// and its one TMA reduce-add per stage). The consumers write dS^T's query columns into sdS in the order
-// sigma^-1, so the dQ wgmma's row p (A = sdS row p) is query sigma(p), and a thread stores that row to sdQ row
-// sigma(p): a half-warp's rows 0-3 land on sdQ rows 0, 2, 4, 6, four distinct 32-byte bank groups under the swizzle
-// (2 wavefronts per STS.64; tools/sdq_banks.cu). Both are index maps on stores the kernel already makes (the dS
-// stmatrix rows are 16-byte rows of one query each): nothing added in the loop (d = 128: 24 more SASS
-// instructions of 8,968, address set-up; 0 spills, no C751x). Not for the swapped dQ^T. Off until measured.
+// dQ's rows permuted (FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM, tuning_mode.h: 2, the default, d = 128; 1 every head
+// dim; 0 off): the conflict removed without touching sdQ, which keeps the 128-byte swizzle and its one TMA
+// reduce-add of 128-byte rows per stage. The consumers write dS^T's query columns into sdS in the order sigma^-1,
+// so the dQ wgmma's row p (A = sdS row p) is query sigma(p), and a thread stores that row to sdQ row sigma(p): a
+// half-warp's rows 0-3 land on sdQ rows 0, 2, 4, 6, four distinct 32-byte bank groups under the swizzle (2
+// wavefronts per STS.64; tools/sdq_banks.cu, which also checks the mapping end to end). Both are index maps on
+// stores the kernel already makes (the dS stmatrix rows are 16-byte rows of one query each): nothing added in the
+// loop (d = 128: 24 more SASS instructions of 8,968, address set-up; 0 spills, no C751x; d = 64 the same).
+// Not for the swapped dQ^T; the mainloop leaves the dropout variant out (BwdMainloop::kRowPerm).
+// Measured (twenty-eighth session, H100 SXM, d = 128 bf16, base / perm / base / perm in one call with FA3 and
+// cuDNN, results/history/h100_dqperm28.md), backward at 2k / 8k / causal 8k: +2.6 / +3.8 / +3.9 %; causal 2k
+// read -5.1 % there but +2.3 % in a second A / B / A / B of ours alone on the same machine (causal 1k / 2k / 4k:
+// +2.1 / +2.3 / +2.0 %), where fwd+bwd moved +1.9 / +4.2 / +1.8 %. Tests (tests/test_sm90_bwd_gpu.py, d = 128:
+// 62 passed) and compute-sanitizer (memcheck / racecheck / synccheck, d = 128) clean on it. d = 64 is neither
+// measured nor run on a GPU with it: mode 2.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM
-#define FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM 0
+#define FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM 2
 #endif
 // sigma over the kBlockM query rows, within each 8: wgmma row p = a + 4 b + 8 c (a < 4, b < 2) holds query
 // 2 a + b + 8 c. Its inverse: query q = b + 2 a + 8 c sits at row a + 4 b + 8 c.
@@ -147,7 +156,8 @@ struct BwdTraits
   // dQ^T = K^T dS^T per consumer (kDQCols x kBlockM) where kBlockM is no multiple of 64 (a wgmma's M).
   static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
   // dS^T's query columns written in the order sigma^-1, dQ's rows stored in the order sigma (above).
-  static constexpr bool kDQRowPerm = FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM != 0 && !kDQSwapAB;
+  static constexpr bool kDQRowPerm =
+      tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128) && !kDQSwapAB;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
