@@ -4,7 +4,8 @@ C-fragment partition and sdQ layout (csrc/sm90/bwd_traits.h BwdSmemLayoutDQ) and
 under the half-warp rule of 8-byte accesses. Checked: the plain 128-byte swizzle costs 4 (what Nsight Compute
 measured on the H100, benchmarks/NOTES.md twenty-seventh session: 2-way conflicts) and the stores through the
 DQ_ROW_PERM view (FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM=1) the ideal 2, at d = 64 and 128; and that view's rows
-match dS^T's permuted write end to end (every query's dQ lands in its own sdQ row), which fails with one side only.
+match dS^T's permuted write end to end (every query's dQ lands in its own sdQ row), which fails with either
+view left out.
 Skipped, with the reason, where nvcc or the CUTLASS headers are missing."""
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ def model(tmp_path_factory):
     assert len(waves) == 4, stdout
     m = re.search(r"row permutation mismatches: d = 64 tile 64 (\d+), d = 128 tile 64 (\d+), d = 64 tile 128 (\d+)",
                   stdout)
-    one = re.search(r"one side only: d = 128 tile 64 (\d+)", stdout)
+    one = re.search(r"one side only: d = 128 tile 64 (\d+) \(dQ plain\), (\d+) \(dS plain\)", stdout)
     assert m and one, stdout
-    return waves, [int(g) for g in m.groups()], int(one.group(1))
+    return waves, [int(g) for g in m.groups()], [int(g) for g in one.groups()]
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -44,4 +45,4 @@ def test_permuted_row_stores_are_conflict_free(model, d):
 
 def test_row_permutation_maps_every_query_to_its_sdq_row(model):
     assert model[1] == [0, 0, 0]
-    assert model[2] > 0  # the check can fail: dS^T permuted, dQ stored without the view
+    assert all(n > 0 for n in model[2])  # the check can fail: either view left out

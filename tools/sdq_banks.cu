@@ -35,10 +35,12 @@ void report(const char* name) {
       return sdq_plain;
     }
   }();
+  // Every fp32 pair of a thread's C fragment (kBlockM x kCols over the warpgroup's 128 threads): one STS.64 each.
+  constexpr int kPerThread = kBlockM * kCols / 128;
   int worst = 0, total = 0, stores = 0;
   for (int wg = 0; wg < kD / kCols; ++wg) {
     for (int warp = 0; warp < 4; ++warp) {
-      for (int j = 0; j < 2 * kCols / 8; j += 2) {
+      for (int j = 0; j < kPerThread; j += 2) {
         int waves = 0;
         for (int half = 0; half < 2; ++half) {
           int words[32] = {0};
@@ -59,16 +61,16 @@ void report(const char* name) {
       }
     }
   }
-  std::printf("d = %d, %-24s wavefronts per STS.64: mean %.2f, worst %d (ideal 2)\n", kD, name,
-              double(total) / stores, worst);
+  std::printf("d = %d, %-24s wavefronts per STS.64: mean %.2f, worst %d (ideal 2), %d stores per thread\n", kD, name,
+              double(total) / stores, worst, kPerThread / 2);
 }
 
 // DQ_ROW_PERM end to end, on the real layouts of a tile: the consumers write dS^T's query q through the
 // DStWriteTiler view; the sdS row r it lands in (SmemLayoutDS (q, keys) inverted by search) is the dQ wgmma's row
 // r (A = sdS row r); that row is stored through the DQStoreTiler view, which must address sdQ row q. Returns the
 // number of (q, key, column) points where it does not.
-// kOneSide: dS^T written through the view but dQ stored to sdQ directly (the check must then fail).
-template <int kD, int kBlockM, bool kOneSide = false>
+// kOneSide (the check must then fail): 1 dQ stored to sdQ directly, 2 dS^T written to sdS directly.
+template <int kD, int kBlockM, int kOneSide = 0>
 int row_perm_mismatches() {
   using Traits = flash::sm90::BwdTraits<kD, kBlockM, 128, 2, cutlass::bfloat16_t, 2>;
   using DS = typename Traits::SmemLayoutDS;    // (q, keys, stage)
@@ -79,11 +81,11 @@ int row_perm_mismatches() {
   int bad = 0;
   for (int q = 0; q < kBlockM; ++q) {
     for (int key = 0; key < Traits::kBlockN; key += 37) {
-      const int off = dst_w(key, q, 0);
+      const int off = kOneSide == 2 ? DSt{}(key, q, 0) : dst_w(key, q, 0);
       int row = -1;
       for (int r = 0; r < kBlockM; ++r) { row = DS{}(r, key, 0) == off ? r : row; }
       for (int c = 0; c < kD; c += 5) {
-        const int stored = kOneSide ? DQ{}(row, c, 0) : dq_w(row, c, 0);
+        const int stored = kOneSide == 1 ? DQ{}(row, c, 0) : dq_w(row, c, 0);
         bad += row < 0 || stored != DQ{}(q, c, 0);
       }
     }
@@ -98,6 +100,7 @@ int main() {
   report<128, true>("rows permuted");
   std::printf("row permutation mismatches: d = 64 tile 64 %d, d = 128 tile 64 %d, d = 64 tile 128 %d\n",
               row_perm_mismatches<64, 64>(), row_perm_mismatches<128, 64>(), row_perm_mismatches<64, 128>());
-  std::printf("one side only: d = 128 tile 64 %d\n", row_perm_mismatches<128, 64, true>());
+  std::printf("one side only: d = 128 tile 64 %d (dQ plain), %d (dS plain)\n", row_perm_mismatches<128, 64, 1>(),
+              row_perm_mismatches<128, 64, 2>());
   return 0;
 }
