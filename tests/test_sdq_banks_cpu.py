@@ -1,6 +1,6 @@
 """Bank conflicts of the sm90 backward's dQ stores into shared memory, without a GPU: tools/sdq_banks.cu,
 compiled host-only with nvcc, takes each consumer thread's st.shared.v2.f32 addresses from the real CuTe
-C-fragment partition and sdQ layout (csrc/sm90/bwd_traits.h BwdSmemLayoutDQ) and counts the wavefronts per store
+C-fragment partition and sdQ layout (csrc/sm90/bwd_traits.h SmemLayoutDQ) and counts the wavefronts per store
 under the half-warp rule of 8-byte accesses. Checked: the plain 128-byte swizzle costs 4 (what Nsight Compute
 measured on the H100, benchmarks/NOTES.md twenty-seventh session: 2-way conflicts) and the stores through the
 DQ_ROW_PERM view (FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM=1) the ideal 2, at d = 64 and 128; and that view's rows

@@ -1,6 +1,6 @@
 // Shared-memory wavefronts of the sm90 backward's dQ stores (bwd_mainloop.h store_pairs_shared) into sdQ, host-only:
 // every consumer thread's st.shared.v2.f32 addresses from the real CuTe C-fragment partition (the dQ wgmma, 64 x
-// kDQCols per warpgroup) and the sdQ layout (bwd_traits.h BwdSmemLayoutDQ), directly or through the DQ_ROW_PERM
+// kDQCols per warpgroup) and the sdQ layout (bwd_traits.h SmemLayoutDQ), directly or through the DQ_ROW_PERM
 // view (wgmma row p to sdQ row sigma(p)); an 8-byte store is served per half-warp: wavefronts = the most 4-byte words
 // any bank gets within each half, summed over both. Also checks the permutation end to end (row_perm_mismatches).
 //   nvcc -std=c++17 --expt-relaxed-constexpr -I$(python3 third_party/find_cutlass.py) -Icsrc tools/sdq_banks.cu \
@@ -25,7 +25,7 @@ void report(const char* name) {
   constexpr int kBlockM = Traits::kBlockM, kCols = Traits::kDQCols;
   static_assert(!Traits::kDQSwapAB && !Traits::kDQSplitRows, "dQ split by columns, stored from the C fragment");
   using Mma = typename Traits::MmaDQ;
-  using L = flash::sm90::BwdSmemLayoutDQ<kBlockM, kD, 2>;
+  using L = typename Traits::SmemLayoutDQ;
   // Offsets only: the swizzle composed into the layout, as the kernel's position-independent view.
   auto sdq_plain = make_tensor(make_smem_ptr(static_cast<float*>(nullptr)), L{});
   auto sdq = [&] {

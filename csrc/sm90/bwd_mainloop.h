@@ -113,6 +113,16 @@ CUTE_DEVICE void st_to_pt(TensorS& s, TensorC const& tScS, const float* lse_log2
                                          key0, n0, m0, seqlen_q, seqlen_k);
 }
 
+// t seen through Tiler (composed mode by mode: an index map on its coordinates, same data) when kOn, else t.
+template <bool kOn, class Tiler, class TensorT>
+CUTE_DEVICE auto composed_if(TensorT const& t) {
+  if constexpr (kOn) {
+    return make_tensor(t.data(), composition(t.layout(), Tiler{}));
+  } else {
+    return t;
+  }
+}
+
 // dQ partial sums to shared memory: st.shared.v2.f32 of the accumulator's column pairs (i, i + 1)
 // (wgmma C fragments hold columns 2 (t%4) + {0, 1}: adjacent and 8-byte aligned under any K-major
 // swizzle of fp32, which permutes 16-byte chunks). sdq is position-independent (the swizzle acts on
@@ -307,20 +317,8 @@ struct BwdMainloop {
     Tensor sdQt_pi = as_position_independent_swizzle_tensor(sm.dqt);        // (d, q, dq_stage) fp32
     // The views the consumers store through (kRowPerm): dS^T's query q at sdS row sigma^-1(q), and dQ's wgmma
     // row p at sdQ row sigma(p); without it, sdS and sdQ themselves.
-    Tensor sdSt_w = [&] {                                                   // (keys, q, ds_stage)
-      if constexpr (kRowPerm) {
-        return make_tensor(sdSt_pi.data(), composition(sdSt_pi.layout(), typename Traits::DStWriteTiler{}));
-      } else {
-        return sdSt_pi;
-      }
-    }();
-    Tensor sdQ_w = [&] {                                                    // (q, d, dq_stage) fp32
-      if constexpr (kRowPerm) {
-        return make_tensor(sdQ_pi.data(), composition(sdQ_pi.layout(), typename Traits::DQStoreTiler{}));
-      } else {
-        return sdQ_pi;
-      }
-    }();
+    Tensor sdSt_w = composed_if<kRowPerm, typename Traits::DStWriteTiler>(sdSt_pi);  // (keys, q, ds_stage)
+    Tensor sdQ_w = composed_if<kRowPerm, typename Traits::DQStoreTiler>(sdQ_pi);     // (q, d, dq_stage) fp32
 
     // Step m (query tile walk.tile(m)) up to its GEMM operands, once S^T of it has been issued: dP^T
     // issued, P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T runs, dS^T = P^T (dP^T - D), both to

@@ -122,10 +122,6 @@ using BwdDQRowPerm = Layout<Shape<_4, _2, Int<kBlockM / 8>>, Stride<_2, _1, _8>>
 template <int kBlockM>
 using BwdDQRowPermInv = Layout<Shape<_2, _4, Int<kBlockM / 8>>, Stride<_4, _1, _8>>;
 
-template <int kBlockM, int kHeadDim, int kDQStages>
-using BwdSmemLayoutDQ =
-    decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
-
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_, int kDQStages_ = 2>
 struct BwdTraits
     : BwdOperandSmem<kHeadDim_, kBlockM_, kBlockN_, kStages_, Element_, kBwdDQCols<kHeadDim_, kBlockM_> % 64 != 0> {
@@ -194,7 +190,8 @@ struct BwdTraits
   using SmemLayoutDSt = decltype(composition(
       SmemLayoutDS{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSStages>>{}, Step<_2, _1, _3>{})));
   // dQ partial sums (q, d, stage) fp32 for the TMA reduce-add (one (q, d) stage per reduce; above).
-  using SmemLayoutDQ = BwdSmemLayoutDQ<kBlockM, kHeadDim, kDQStages>;
+  using SmemLayoutDQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{},
+                                              Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDQStages>>{}));
   // Its transpose (d, q, stage): where the swapped dQ^T is stored.
   using SmemLayoutDQt = decltype(composition(
       SmemLayoutDQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kDQStages>>{}, Step<_2, _1, _3>{})));
