@@ -115,6 +115,17 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM
 #define FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM 2
 #endif
+// What the dS^T stores' wait for completion (the fence.proxy.async after them) has in front of it
+// (FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER; BwdMainloop::run). 0 (default): dV issued before the stores, then the fence
+// and the dS barrier, then dQ and dK. 1: dV issued between the stores and the fence, so its HGMMA issues cover
+// the stores' drain (FA3's order: hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp stores dS, issues dV, then fences).
+// 2: dK (RS, it reads dS^T from registers) issued there instead, dQ after the barrier and waited with everything
+// before the hand-over; the next S^T then follows the hand-over. Why: Nsight Compute put 8.4 k long-scoreboard
+// samples on our fence against 1.6 k on FA3's, which has HGMMA issues between its STSM and fence
+// (twenty-seventh session, results/history/h100_ncu_bwd27.md).
+#ifndef FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER
+#define FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER 0
+#endif
 // sigma over the kBlockM query rows, within each 8: wgmma row p = a + 4 b + 8 c (a < 4, b < 2) holds query
 // 2 a + b + 8 c. Its inverse: query q = b + 2 a + 8 c sits at row a + 4 b + 8 c.
 template <int kBlockM>
@@ -154,6 +165,9 @@ struct BwdTraits
   // dS^T's query columns written in the order sigma^-1, dQ's rows stored in the order sigma (above).
   static constexpr bool kDQRowPerm =
       tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128) && !kDQSwapAB;
+  // Between the dS^T stores and their fence: nothing (0), dV (1) or dK (2) (STSM_COVER above).
+  static constexpr int kStsmCover = FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER;
+  static_assert(kStsmCover >= 0 && kStsmCover <= 2, "FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER is 0, 1 or 2");
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
