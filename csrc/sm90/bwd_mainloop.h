@@ -514,6 +514,8 @@ struct BwdMainloop {
     auto issue_dk = [&]() { wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK); };
     for (int m = m_first; m < m_max; ++m) {
       const int i = m - m_min;
+      // The default keeps its literal GEMM calls (here and dK's below): through issue_dv / issue_dk its SASS
+      // changes (222 lines, scheduling only), and the kernel measured and tested is the literal one (b2720a02).
       if constexpr (kCover == 0) {
         wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
         share_ds(i);

@@ -120,9 +120,9 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 // and the dS barrier, then dQ and dK. 1: dV issued between the stores and the fence, so its HGMMA issues cover
 // the stores' drain (FA3's order: hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp stores dS, issues dV, then fences).
 // 2: dK (RS, it reads dS^T from registers) issued there instead, dQ after the barrier and waited with everything
-// before the hand-over; the next S^T then follows the hand-over. Why: Nsight Compute put 8.4 k long-scoreboard
-// samples on our fence against 1.6 k on FA3's, which has HGMMA issues between its STSM and fence
-// (twenty-seventh session, results/history/h100_ncu_bwd27.md).
+// before the hand-over; the next S^T then follows the hand-over. Why: the twenty-seventh session's Nsight Compute
+// profile (d = 128 causal, results/history/h100_ncu_bwd27.md) has 8.0 k long-scoreboard samples on our dS fence,
+// which waits for the stores with no GEMM issued after them. Not yet measured: off.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER
 #define FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER 0
 #endif
