@@ -406,14 +406,11 @@ struct BwdMainloop {
 
     // dS^T of block i (rdS) to this warpgroup's keys of sdS stage i % kDSStages; both warpgroups meet
     // (each one's dQ GEMM reads every key of the stage).
-    // store_ds then publish_ds; Traits::kStsmCover issues a GEMM between the two.
-    auto store_ds = [&](int i) {
+    auto share_ds = [&](int i) {
       Tensor tdSsdSt = r2s_thr_ds.partition_D(local_tile(sdSt_w(_, _, i % kDSStages),
                                                          Shape<Int<kWGKeys>, Int<kBlockM>>{},
                                                          make_coord(cwg, _0{})));  // this WG's dS^T
       copy(r2s_ds, tdSrdS, tdSsdSt);
-    };
-    auto publish_ds = [&]() {
       cutlass::arch::fence_view_async_shared();   // wgmma (async proxy) reads what st.shared wrote
       if constexpr (kSkipMasked) {
         // The two warpgroups can meet here from different code (first_masked: one from the masked
@@ -424,10 +421,6 @@ struct BwdMainloop {
       } else {
         cutlass::arch::NamedBarrier::arrive_and_wait(Traits::kNConsumerThreads, uint32_t(BwdBarrier::kDSReady));
       }
-    };
-    auto share_ds = [&](int i) {
-      store_ds(i);
-      publish_ds();
     };
     auto issue_dq = [&](int i) {                  // dQ = dS K of block i (every key of sdS stage i % kDSStages)
       if constexpr (Traits::kDQSwapAB) {          // dQ^T = K^T dS^T
@@ -509,46 +502,18 @@ struct BwdMainloop {
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
       p_and_ds(m_first, st_q, st_do);
     }
-    constexpr int kCover = Traits::kStsmCover;  // what runs between the dS^T stores and their fence
-    auto issue_dv = [&]() { wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV); };
-    auto issue_dk = [&]() { wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK); };
     for (int m = m_first; m < m_max; ++m) {
       const int i = m - m_min;
-      // The default keeps its literal GEMM calls (here and dK's below): through issue_dv / issue_dk its SASS
-      // changes (222 lines, scheduling only), and the kernel measured and tested is the literal one (b2720a02).
-      if constexpr (kCover == 0) {
-        wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
-        share_ds(i);
-      } else {
-        if constexpr (kCover == 2) { issue_dv(); }
-        store_ds(i);
-        if constexpr (kCover == 1) { issue_dv(); }
-        if constexpr (kCover == 2) { issue_dk(); }
-        publish_ds();
-      }
+      // dV before the dS^T stores. Measured against it (thirtieth session, H100, d = 128 bf16 backward,
+      // results/history/h100_stsmcover30.md): dV between the stores and their fence (FA3's order) -6.4 to +3.9 %,
+      // dK there with dQ last -11.1 to +2.0 %; both options removed.
+      wg_gemm<false>(mma_kv, tdVrP, tdVrdOt(_, _, _, st_do.index()), tdVrdV);
+      share_ds(i);
       if constexpr (kPRounded) {                  // dV done (rP free) before dQ's accumulators are live
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdVrdV);
       }
       issue_dq(i);
-      if constexpr (kCover == 2) {                // dQ last: everything done before the hand-over
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdKrdK);
-        warpgroup_fence_operand(tdQrdQ);
-        pipe_do.consumer_release(st_do);
-        ++st_do;
-        pipe_q.consumer_release(st_q);            // S^T and dK have read Q
-        ++st_q;
-        hand_dq(i);
-        if (m + 1 < m_max) {
-          mask_words(m + 1);
-          pipe_q.consumer_wait(st_q);
-          wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, st_q.index()), tSrS);
-          p_and_ds(m + 1, st_q, st_do);
-        }
-        continue;
-      }
       // dK last: its GEMM runs while this warpgroup hands dQ to the writer (FA3's order).
       wg_gemm<false>(mma_kv, tdKrdS, tdKrQt(_, _, _, st_q.index()), tdKrdK);
       warpgroup_wait<1>();                        // dV, dQ done (batches complete in order)

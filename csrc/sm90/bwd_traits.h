@@ -97,8 +97,8 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE
 #define FLASH_ATTN_CUDA_SM90_BWD_DQ_WARP_ARRIVE 0
 #endif
-// dQ's rows permuted (FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM, tuning_mode.h: 2, the default, d = 128; 1 every head
-// dim; 0 off): the conflict removed without touching sdQ, which keeps the 128-byte swizzle and its one TMA
+// dQ's rows permuted (FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM, tuning_mode.h: 2, the default, d = 64 and 128; 1 every
+// head dim; 0 off): the conflict removed without touching sdQ, which keeps the 128-byte swizzle and its one TMA
 // reduce-add of 128-byte rows per stage. The consumers write dS^T's query columns into sdS in the order sigma^-1,
 // so the dQ wgmma's row p (A = sdS row p) is query sigma(p), and a thread stores that row to sdQ row sigma(p): a
 // half-warp's rows 0-3 land on sdQ rows 0, 2, 4, 6, four distinct 32-byte bank groups under the swizzle (2
@@ -110,21 +110,12 @@ inline constexpr int kBwdDQCols = kBlockM == 128 ? kHeadDim : kHeadDim / 2;
 // cuDNN, results/history/h100_dqperm28.md), backward at 2k / 8k / causal 8k: +2.6 / +3.8 / +3.9 %; causal 2k
 // read -5.1 % there but +2.3 % in a second A / B / A / B of ours alone on the same machine (causal 1k / 2k / 4k:
 // +2.1 / +2.3 / +2.0 %), where fwd+bwd moved +1.9 / +4.2 / +1.8 %. Tests (tests/test_sm90_bwd_gpu.py, d = 128:
-// 62 passed) and compute-sanitizer (memcheck / racecheck / synccheck, d = 128) clean on it. d = 64 is neither
-// measured nor run on a GPU with it: mode 2.
+// 62 passed) and compute-sanitizer (memcheck / racecheck / synccheck, d = 128) clean on it. d = 64 (thirtieth
+// session, H100 SXM, bf16, base / perm / base / perm, results/history/h100_dqperm64_30.md): backward +1.0 to +5.9 %
+// at 2k / 8k, causal and not, fwd+bwd +0.8 to +3.4 %; tests (d = 64 fp16 + bf16 with the feature and dropout
+// kernels: 145 passed) and the sanitizers (plain and deterministic) clean. d = 256 not measured: off there.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM
 #define FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM 2
-#endif
-// What the dS^T stores' wait for completion (the fence.proxy.async after them) has in front of it
-// (FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER; BwdMainloop::run). 0 (default): dV issued before the stores, then the fence
-// and the dS barrier, then dQ and dK. 1: dV issued between the stores and the fence, so its HGMMA issues cover
-// the stores' drain (FA3's order: hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp stores dS, issues dV, then fences).
-// 2: dK (RS, it reads dS^T from registers) issued there instead, dQ after the barrier and waited with everything
-// before the hand-over; the next S^T then follows the hand-over. Why: the twenty-seventh session's Nsight Compute
-// profile (d = 128 causal, results/history/h100_ncu_bwd27.md) has 8.0 k long-scoreboard samples on our dS fence,
-// which waits for the stores with no GEMM issued after them. Not yet measured: off.
-#ifndef FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER
-#define FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER 0
 #endif
 // sigma over the kBlockM query rows, within each 8: wgmma row p = a + 4 b + 8 c (a < 4, b < 2) holds query
 // 2 a + b + 8 c. Its inverse: query q = b + 2 a + 8 c sits at row a + 4 b + 8 c.
@@ -164,10 +155,9 @@ struct BwdTraits
   static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
   // dS^T's query columns written in the order sigma^-1, dQ's rows stored in the order sigma (above).
   static constexpr bool kDQRowPerm =
-      tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128) && !kDQSwapAB;
-  // Between the dS^T stores and their fence: nothing (0), dV (1) or dK (2) (STSM_COVER above).
-  static constexpr int kStsmCover = FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER;
-  static_assert(kStsmCover >= 0 && kStsmCover <= 2, "FLASH_ATTN_CUDA_SM90_BWD_STSM_COVER is 0, 1 or 2");
+      (tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128) ||
+       tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 64)) &&
+      !kDQSwapAB;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
