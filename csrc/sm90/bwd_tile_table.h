@@ -48,7 +48,7 @@ struct BwdTile;
 // steps, each with twice the GEMM work against the same waits and dQ hand-over); measured (eighteenth
 // session, H100 SXM, A / B / A, results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 % at 512 / 1k /
 // 2k / 4k: the early P^T rounding and the dV wait serialise what the 64-row step overlaps. Off; tests and
-// sanitizers passed on it.
+// sanitizers passed on it. It keeps dQ's rows in order (bwd_traits.h kDQRowPerm: permuted, it serialises).
 #ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M
 #define FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M 64
 #endif
