@@ -157,9 +157,8 @@ struct BwdTraits
   // d = 64's 128-row option (BWD64_NC_BLOCK_M=128, bwd_tile_table.h): with the permutation its wgmma is
   // serialised for lack of registers (ptxas C7511, nvcc 13.0), without it not.
   static constexpr bool kDQRowPerm =
-      (tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128) ||
-       tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 64)) &&
-      !kDQSwapAB && !(kHeadDim == 64 && kBlockM == 128);
+      tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128, 64) && !kDQSwapAB &&
+      !(kHeadDim == 64 && kBlockM == 128);
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
