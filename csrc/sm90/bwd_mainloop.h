@@ -229,8 +229,10 @@ struct BwdMainloop {
   // registers) is not live while dP^T lands. The 80 x 128 tile at d = 128 otherwise needed more than 240
   // registers there (ptxas, nvcc 13.0: 68-152 B spilled, wgmma serialised, C7512).
   // These tiles also wait for dV's GEMM before issuing dQ's, so rP and the dQ accumulators (kBlockM / 2
-  // registers each) are never live together.
-  static constexpr bool kPRounded = kBlockM > 64 && !kDropout;
+  // registers each) are never live together. Not at d = 64: its 128-row tile (dV, dK 32 registers each) fits
+  // without (ptxas, nvcc 13.0: 0 spills, no C751x, dQ's rows permuted), and with it, it serialised its wgmma
+  // once dQ's rows were permuted (C7511); its eighteenth-session measurement (-0.8 to -1.6 %) had it on.
+  static constexpr bool kPRounded = kBlockM > 64 && !kDropout && kD > 64;
   // kBwdStatsEarly / kBwdDeltaEarly where they compile without spills or serialised wgmma (causal, d = 128).
   static constexpr bool kStatsEarly = kBwdStatsEarly && kCausal;
   static constexpr bool kDeltaEarly = kBwdDeltaEarly && kCausal;

@@ -42,22 +42,32 @@ struct BwdTile;
 #endif
 // FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M=128: FA3's d = 64 tile, 128 x 128, for the non-causal kernel without
 // dropout (2 stages, 2 sdQ stages: Q, dO 2 x 2 x 16 KB, K, V 2 x 16 KB, dS 2 x 32 KB, dQ fp32 2 x 32 KB = 224 KB).
-// It fits 240 registers now that dQ's accumulators live in S^T's and P^T is rounded early (bwd_mainloop.h
-// kPRounded; ptxas, nvcc 13.0: 0 spills, no C751x), but not with the deterministic dQ writer's turns
-// (C7511, wgmma serialised): deterministic calls keep the 64-row tile (block_m). Predicted +3-6 % (half the
-// steps, each with twice the GEMM work against the same waits and dQ hand-over); measured (eighteenth
-// session, H100 SXM, A / B / A, results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 % at 512 / 1k /
-// 2k / 4k: the early P^T rounding and the dV wait serialise what the 64-row step overlaps. Off; tests and
-// sanitizers passed on it. It keeps dQ's rows in order (bwd_traits.h kDQRowPerm: permuted, it serialises).
+// Deterministic calls keep the 64-row tile (block_m): the dQ writer's turns did not fit its registers (C7511,
+// wgmma serialised, eighteenth session). Predicted +3-6 % (half the steps, each with twice the GEMM work
+// against the same waits and dQ hand-over); measured (eighteenth session, H100 SXM, A / B / A,
+// results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 % at 512 / 1k / 2k / 4k, when the tile rounded
+// P^T early and waited for dV before dQ (bwd_mainloop.h kPRounded, since off at d = 64) and kept dQ's rows in
+// order: those serialise what the 64-row step overlaps. Off; tests and sanitizers passed on it then.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M
 #define FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M 64
+#endif
+// FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M=128: the same 128 x 128 for the causal kernel without dropout (FA3 steps
+// 128 query rows at d = 64 causal too; 2 stages, 2 sdQ stages, 224 KB). Since the thirty-first session the
+// 128-row d = 64 tiles keep P^T in fp32 until dS^T is made, and dV's GEMM runs under dQ's, as the 64-row
+// step does (bwd_mainloop.h kPRounded is for d > 64), and they permute dQ's rows (bwd_traits.h kDQRowPerm):
+// ptxas (nvcc 13.0) 0 spills, no C751x. Not yet measured in this form.
+#ifndef FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M
+#define FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M 64
 #endif
 template <>
 struct BwdTile<64> {
   static_assert(FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M == 128,
                 "FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M is 64 or 128");
+  static_assert(FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M == 128,
+                "FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M is 64 or 128");
   static constexpr int block_m(bool causal, bool dropout, bool deterministic) {
-    return causal || dropout || deterministic ? 64 : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
+    if (dropout || deterministic) { return 64; }
+    return causal ? FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
   }
   static constexpr int stages(int block_m, bool causal) {
     return causal || block_m == 128 ? 2 : FLASH_ATTN_CUDA_SM90_BWD64_NC_STAGES;

@@ -153,12 +153,9 @@ struct BwdTraits
   static constexpr int kDQCols = kBwdDQCols<kHeadDim, kBlockM>;
   // dQ^T = K^T dS^T per consumer (kDQCols x kBlockM) where kBlockM is no multiple of 64 (a wgmma's M).
   static constexpr bool kDQSwapAB = kBlockM % 64 != 0;
-  // dS^T's query columns written in the order sigma^-1, dQ's rows stored in the order sigma (above). Not in
-  // d = 64's 128-row option (BWD64_NC_BLOCK_M=128, bwd_tile_table.h): with the permutation its wgmma is
-  // serialised for lack of registers (ptxas C7511, nvcc 13.0), without it not.
+  // dS^T's query columns written in the order sigma^-1, dQ's rows stored in the order sigma (above).
   static constexpr bool kDQRowPerm =
-      tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128, 64) && !kDQSwapAB &&
-      !(kHeadDim == 64 && kBlockM == 128);
+      tuning_mode_on<FLASH_ATTN_CUDA_SM90_BWD_DQ_ROW_PERM>(kHeadDim, 128, 64) && !kDQSwapAB;
 
   static_assert(kBlockN == kWGKeys * kNConsumerWG, "each consumer warpgroup owns 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128,
