@@ -18,8 +18,7 @@ struct BwdTile;
 // this costs no build time.
 
 // d = 64: 64 query rows per step; each consumer's dQ part is 64 x 32 (K in 64-byte swizzle,
-// bwd_traits.h). FA3's 128 x 128 compiles here with wgmma serialised for lack of registers (ptxas
-// C7512: S^T and dP^T are 64 x 128 per warpgroup, 64 registers each).
+// bwd_traits.h). FA3's 128 x 128 is an option (BWD64_NC_BLOCK_M / BWD64_C_BLOCK_M below).
 // Non-causal 4 Q / dO stages and 3 sdQ stages: Q, dO 2 x 4 x 8 KB, K, V 2 x 16 KB, dS 2 x 16 KB, dQ fp32
 // 3 x 16 KB = 176 KB. Causal 2 and 2 (128 KB). H200 bf16, backward TFLOP/s at 512 / 1k / 2k / 4k, in
 // the fifteenth session's device calls (benchmarks/NOTES.md), 2 and 2 against 4 and 3 in the same call:
@@ -42,16 +41,17 @@ struct BwdTile;
 #endif
 // FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M=128: FA3's d = 64 tile, 128 x 128, for the non-causal kernel without
 // dropout (2 stages, 2 sdQ stages: Q, dO 2 x 2 x 16 KB, K, V 2 x 16 KB, dS 2 x 32 KB, dQ fp32 2 x 32 KB = 224 KB).
-// Deterministic calls keep the 64-row tile (block_m): the dQ writer's turns did not fit its registers (C7511,
-// wgmma serialised, eighteenth session). Predicted +3-6 % (half the steps, each with twice the GEMM work
-// against the same waits and dQ hand-over); measured (eighteenth session, H100 SXM, A / B / A,
-// results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 % at 512 / 1k / 2k / 4k, when the tile rounded
-// P^T early and waited for dV before dQ (bwd_mainloop.h kPRounded, since off at d = 64) and kept dQ's rows in
-// order: those serialise what the 64-row step overlaps. Off; tests and sanitizers passed on it then.
+// Deterministic calls take it too since the thirty-first session: the dQ writer's turns did not fit its registers
+// while it rounded P^T early (C7511, wgmma serialised, eighteenth session), and now do (0 spills, no C751x).
+// Predicted +3-6 % (half the steps, each with twice the GEMM work against the same waits and dQ hand-over);
+// measured (eighteenth session, H100 SXM, A / B / A, results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 %
+// at 512 / 1k / 2k / 4k, when the tile rounded P^T early and waited for dV before dQ (bwd_mainloop.h kPRounded,
+// since off at d = 64) and kept dQ's rows in order: those serialise what the 64-row step overlaps. Off; tests and
+// sanitizers passed on it then.
 #ifndef FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M
 #define FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M 64
 #endif
-// FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M=128: the same 128 x 128 for the causal kernel without dropout (FA3 steps
+// FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M=128: the same 128 x 128 for the causal kernels without dropout (FA3 steps
 // 128 query rows at d = 64 causal too; 2 stages, 2 sdQ stages, 224 KB). Since the thirty-first session the
 // 128-row d = 64 tiles keep P^T in fp32 until dS^T is made, and dV's GEMM runs under dQ's, as the 64-row
 // step does (bwd_mainloop.h kPRounded is for d > 64), and they permute dQ's rows (bwd_traits.h kDQRowPerm):
@@ -65,8 +65,8 @@ struct BwdTile<64> {
                 "FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M is 64 or 128");
   static_assert(FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M == 128,
                 "FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M is 64 or 128");
-  static constexpr int block_m(bool causal, bool dropout, bool deterministic) {
-    if (dropout || deterministic) { return 64; }
+  static constexpr int block_m(bool causal, bool dropout, bool) {
+    if (dropout) { return 64; }
     return causal ? FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
   }
   static constexpr int stages(int block_m, bool causal) {
