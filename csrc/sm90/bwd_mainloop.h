@@ -459,15 +459,15 @@ struct BwdMainloop {
         cutlass::arch::ClusterBarrier::arrive(sm.dq_full + dq_stage);
       }
     };
-    // Causal: the first query block can see none of this warpgroup's 64 keys. With first = n0 -
-    // (seqlen_k - seqlen_q), the first query that sees key n0 (q_block_range): consumer 1 (keys n0 + 64
-    // ..) whenever first >= 0, since m_min kBlockM + kBlockM - 1 < first + 64; consumer 0 never (it
-    // would need first > m_min kBlockM + kBlockM - 1). There P^T = dS^T = 0: no S^T, dP^T, dV or dK
-    // GEMM, only zeros in its keys of sdS for the dQ GEMM, which still runs (the other warpgroup's
-    // keys), and the block's Q and dO stages waited and released as usual. Only block m_min can be so:
-    // the first query that sees key0 is first + 64, in block m_min + 1. At 512 / 1k causal (128 keys,
-    // 64-query blocks) this is 4 of 40 / 8 of 144 warpgroup steps. The pipelined loop below then
-    // starts at m_min + 1 (its stages count from m_min).
+    // Causal: the first query block can see none of this warpgroup's 64 keys. With first = n0 - (seqlen_k -
+    // seqlen_q), the first query that sees key n0 (q_block_range): consumer 1 (keys n0 + 64 ..) when m_min
+    // kBlockM + kBlockM - 1 < first + 64, i.e. whenever first >= 0 with 64-row tiles, and with 128-row tiles (d =
+    // 64's option) when first lies in the upper half of block m_min; consumer 0 never (it would need first >
+    // m_min kBlockM + kBlockM - 1). There P^T = dS^T = 0: no S^T, dP^T, dV or dK GEMM, only zeros in its keys of
+    // sdS for the dQ GEMM, which still runs (the other warpgroup's keys), and the block's Q and dO stages waited
+    // and released as usual. Only block m_min can be so: the first query that sees key0, first + 64, is at the
+    // latest in block m_min + 1. At 512 / 1k causal (128 keys, 64-query blocks) this is 4 of 40 / 8 of 144
+    // warpgroup steps. The pipelined loop below then starts at m_min + 1 (its stages count from m_min).
     const bool first_masked =
         kSkipMasked && key0 > walk.tile(m_min) * kBlockM + kBlockM - 1 + seqlen_k - seqlen_q;
     PipelineState st_q, st_do;
