@@ -156,7 +156,7 @@ int check_sm90() {
 // all generated first (the kernel's warpgroup barrier), then each thread reads its 8.
 template <int D>
 int check_sm90_bwd() {
-  using B = flash::sm90::BwdTraitsFor<cutlass::bfloat16_t, D, false>;  // S/dP layouts: the same either way
+  using B = flash::sm90::BwdTraitsFor<cutlass::bfloat16_t, D, false, true>;  // the dropout kernel's tile
   using T = flash::sm90::BwdDropoutT;
   static_assert(B::kBlockM == T::kQueries && B::kWGKeys == T::kKeys, "the dropout tile is 64 keys x 64 queries");
   constexpr uint32_t kThresholds[3] = {1, 230, 256};
@@ -212,7 +212,7 @@ int check_sm90_bwd() {
 // dropout_keep(query, key), on made-up P (zeros where a mask would put them), dP and D.
 template <int D>
 int check_sm90_bwd_split() {
-  using B = flash::sm90::BwdTraitsFor<cutlass::bfloat16_t, D, false>;  // S/dP layouts: the same either way
+  using B = flash::sm90::BwdTraitsFor<cutlass::bfloat16_t, D, false, true>;  // the dropout kernel's tile
   using T = flash::sm90::BwdDropoutT;
   using S = flash::sm90::BwdDropoutSplit;
   static_assert(B::kRoleSplit && B::kBlockN == T::kKeys && B::kBlockM == T::kQueries, "the role-split tile");

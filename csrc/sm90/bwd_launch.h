@@ -5,8 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <type_traits>
-
 #include "../params.h"
 #include "bwd_api.h"
 #include "bwd_kernel.h"
@@ -29,32 +27,25 @@ cudaError_t launch_bwd_kernel(const typename BwdTmaFor<Traits, kCausal, kDropout
   return cudaGetLastError();
 }
 
-// Which of a tile's two main kernels (plain, and deterministic: the dQ writer's turns) are compiled: both,
-// or one where the deterministic calls have a tile of their own (bwd_tile_table.h block_m).
-enum class BwdUse { kBoth, kPlain, kDeterministic };
-
-template <class Traits, bool kCausal, bool kDropout, BwdUse kUse>
+// The plain main kernel, or the deterministic one (the dQ writer's turns) on the same tile.
+template <class Traits, bool kCausal, bool kDropout>
 cudaError_t launch_bwd_main(const BwdParams& params, cudaStream_t stream) {
   if (params.seqlen_k <= 0 || params.batch <= 0 || params.nheads <= 0) { return cudaSuccess; }
   const auto kp = BwdTmaFor<Traits, kCausal, kDropout>::make_params(params);
   if (params.deterministic) {  // the dQ writer's turns (dq_turns.h); bwd_supports: tiles with the writer
-    if constexpr (Traits::kDQByTma && kUse != BwdUse::kPlain) {
+    if constexpr (Traits::kDQByTma) {
       if (params.dq_semaphore_ptr == nullptr) { return cudaErrorInvalidValue; }
       return launch_bwd_kernel<Traits, kCausal, kDropout, true>(kp, stream);
     } else {
       return cudaErrorInvalidValue;  // never a silently non-deterministic dQ
     }
   }
-  if constexpr (kUse != BwdUse::kDeterministic) {
-    return launch_bwd_kernel<Traits, kCausal, kDropout, false>(kp, stream);
-  } else {
-    return cudaErrorInvalidValue;
-  }
+  return launch_bwd_kernel<Traits, kCausal, kDropout, false>(kp, stream);
 }
 
 // Pre-pass, main kernel, dQ conversion of one kernel. A store-first kernel (bwd_api.h) given the
 // semaphores needs no zeroed dq_accum, and its conversion writes dQ = 0 for the tiles nobody adds into.
-template <class Traits, bool kCausal, bool kDropout, BwdUse kUse>
+template <class Traits, bool kCausal, bool kDropout>
 cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kD = Traits::kHeadDim;
@@ -68,25 +59,12 @@ cudaError_t run_bwd_passes(const BwdParams& params, cudaStream_t stream) {
     err = launch_bwd_prepass<Element, kD>(params, stream);
   }
   if (err != cudaSuccess) { return err; }
-  err = launch_bwd_main<Traits, kCausal, kDropout, kUse>(params, stream);
+  err = launch_bwd_main<Traits, kCausal, kDropout>(params, stream);
   if (err != cudaSuccess) { return err; }
   if constexpr (kStoreFirst) {
     if (store_first) { return launch_bwd_convert_dq<Element, kD, Traits::kBlockM, Traits::kBlockN>(params, stream); }
   }
   return launch_bwd_convert_dq<Element, kD>(params, stream);
-}
-
-// The plain and the deterministic calls of one causality: one tile for both, or each its own.
-template <typename Element, int kHeadDim, bool kCausal, bool kDropout>
-cudaError_t run_bwd_tiles(const BwdParams& params, cudaStream_t stream) {
-  using Plain = BwdTraitsFor<Element, kHeadDim, kCausal, kDropout, false>;
-  using Deterministic = BwdTraitsFor<Element, kHeadDim, kCausal, kDropout, true>;
-  if constexpr (std::is_same_v<Plain, Deterministic>) {
-    return run_bwd_passes<Plain, kCausal, kDropout, BwdUse::kBoth>(params, stream);
-  } else {
-    return params.deterministic ? run_bwd_passes<Deterministic, kCausal, kDropout, BwdUse::kDeterministic>(params, stream)
-                                : run_bwd_passes<Plain, kCausal, kDropout, BwdUse::kPlain>(params, stream);
-  }
 }
 
 // kDropout: the dropout variant, for exactly the calls with dropout_p > 0 (as sm90/fwd_launch.h: a
@@ -95,9 +73,10 @@ cudaError_t run_bwd_tiles(const BwdParams& params, cudaStream_t stream) {
 template <typename Element, int kHeadDim, bool kDropout>
 cudaError_t run_bwd_(const BwdParams& params, cudaStream_t stream) {
   if (needs_dropout(params) != kDropout) { return cudaErrorInvalidValue; }
-  // The causal, dropout and deterministic kernels may have tiles of their own (bwd_tile_table.h).
-  return is_causal(params) ? run_bwd_tiles<Element, kHeadDim, true, kDropout>(params, stream)
-                           : run_bwd_tiles<Element, kHeadDim, false, kDropout>(params, stream);
+  // The causal and the dropout kernels may have tiles of their own (bwd_tile_table.h).
+  return is_causal(params)
+             ? run_bwd_passes<BwdTraitsFor<Element, kHeadDim, true, kDropout>, true, kDropout>(params, stream)
+             : run_bwd_passes<BwdTraitsFor<Element, kHeadDim, false, kDropout>, false, kDropout>(params, stream);
 }
 
 }  // namespace flash::sm90

@@ -12,10 +12,10 @@ namespace flash::sm90 {
 template <int kHeadDim>
 struct BwdTile;
 
-// block_m(causal, dropout, deterministic): query rows per step; stages(block_m, causal): Q / dO pipeline
-// stages; dq_stages(block_m, causal): sdQ buffers of the dQ writer (bwd_traits.h). A tile may pick them per
-// causality, dropout and determinism: those kernels are separate instances either way (bwd_launch.h), so
-// this costs no build time.
+// block_m(causal, dropout): query rows per step; stages(block_m, causal): Q / dO pipeline stages;
+// dq_stages(block_m, causal): sdQ buffers of the dQ writer (bwd_traits.h). A tile may pick them per causality
+// and dropout: those kernels are separate instances either way (bwd_launch.h), so this costs no build time.
+// The deterministic calls run the plain calls' tile (its kernel with the dQ writer's turns).
 
 // d = 64: 64 query rows per step; each consumer's dQ part is 64 x 32 (K in 64-byte swizzle,
 // bwd_traits.h). FA3's 128 x 128 is an option (BWD64_NC_BLOCK_M / BWD64_C_BLOCK_M below).
@@ -41,8 +41,9 @@ struct BwdTile;
 #endif
 // FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M=128: FA3's d = 64 tile, 128 x 128, for the non-causal kernel without
 // dropout (2 stages, 2 sdQ stages: Q, dO 2 x 2 x 16 KB, K, V 2 x 16 KB, dS 2 x 32 KB, dQ fp32 2 x 32 KB = 224 KB).
-// Deterministic calls take it too since the thirty-first session: the dQ writer's turns did not fit its registers
-// while it rounded P^T early (C7511, wgmma serialised, eighteenth session), and now do (0 spills, no C751x).
+// Deterministic calls take it too (bwd_launch.h: one tile per causality and dropout) since the thirty-first
+// session: the dQ writer's turns did not fit its registers while it rounded P^T early (C7511, wgmma serialised,
+// eighteenth session), and now do (0 spills, no C751x).
 // Predicted +3-6 % (half the steps, each with twice the GEMM work against the same waits and dQ hand-over);
 // measured (eighteenth session, H100 SXM, A / B / A, results/h100_bwd_wide_tiles.md) -1.5 / -1.3 / -0.8 / -1.6 %
 // at 512 / 1k / 2k / 4k, when the tile rounded P^T early and waited for dV before dQ (bwd_mainloop.h kPRounded,
@@ -65,7 +66,7 @@ struct BwdTile<64> {
                 "FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M is 64 or 128");
   static_assert(FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M == 128,
                 "FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M is 64 or 128");
-  static constexpr int block_m(bool causal, bool dropout, bool) {
+  static constexpr int block_m(bool causal, bool dropout) {
     if (dropout) { return 64; }
     return causal ? FLASH_ATTN_CUDA_SM90_BWD64_C_BLOCK_M : FLASH_ATTN_CUDA_SM90_BWD64_NC_BLOCK_M;
   }
@@ -93,7 +94,7 @@ template <>
 struct BwdTile<128> {
   static_assert(FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M == 64 || FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M == 80,
                 "FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M is 64 or 80");
-  static constexpr int block_m(bool causal, bool dropout, bool) {
+  static constexpr int block_m(bool causal, bool dropout) {
     return causal || dropout ? 64 : FLASH_ATTN_CUDA_SM90_BWD128_NC_BLOCK_M;
   }
   static constexpr int stages(int, bool) { return 2; }
@@ -109,17 +110,14 @@ struct BwdTile<128> {
 // through shared memory, dK/dV swapAB, dQ by atomics) splits every GEMM between the warpgroups.
 template <>
 struct BwdTile<256> {
-  static constexpr int block_m(bool, bool, bool) { return 64; }
+  static constexpr int block_m(bool, bool) { return 64; }
   static constexpr int stages(int, bool) { return 2; }
   static constexpr int dq_stages(int, bool) { return 2; }  // no sdQ in the role-split tile
 };
 
-// No defaults: the causal, non-causal, dropout and deterministic kernels may have different tiles
-// (bwd_launch.h run_bwd_ instantiates one kernel per tile and use).
-template <int kHeadDim, bool kCausal, bool kDropout, bool kDeterministic>
-inline constexpr int kBwdBlockM = BwdTile<kHeadDim>::block_m(kCausal, kDropout, kDeterministic);
-template <typename Element, int kHeadDim, bool kCausal, bool kDropout, bool kDeterministic,
-          int kM = kBwdBlockM<kHeadDim, kCausal, kDropout, kDeterministic>>
+// No defaults: the causal, non-causal and dropout kernels may have different tiles (bwd_launch.h run_bwd_).
+template <typename Element, int kHeadDim, bool kCausal, bool kDropout,
+          int kM = BwdTile<kHeadDim>::block_m(kCausal, kDropout)>
 using BwdTraitsFor = std::conditional_t<
     kHeadDim == 256, BwdTraitsSplit<kHeadDim, kM, BwdTile<kHeadDim>::stages(kM, kCausal), Element>,
     BwdTraits<kHeadDim, kM, 128, BwdTile<kHeadDim>::stages(kM, kCausal), Element,
