@@ -23,9 +23,11 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader) -> results $SLUG
 TAILN=3 stage bench ${BENCH_TIMEOUT:-420} python3 -m flash_attn_cuda.bench_decode --heads ${HEADS:-32:8,32:32} \
   --batches 1,8,32,64,128 --seqlens 2k,4k,32k,128k --impls flash_attn_cuda,attention,sdpa_flash,sdpa_cudnn \
   --layouts ${LAYOUTS:-contiguous,paged16,paged64,paged256} --max-kv-gb 18 --prefix "$SLUG" --out "$OUT/res"
-[ "${SHORT:-1}" = 1 ] && TAILN=0 stage short 90 python3 -m flash_attn_cuda.bench_decode --heads 32:8,32:32 --batches 1,2 \
-  --seqlens 1k,2k,3k,4k,8k --impls flash_attn_cuda,attention,sdpa_cudnn --layouts contiguous,paged16 \
-  --prefix "${SLUG}_short" --out "$OUT/res"
-[ "${SHORT:-1}" = 1 ] && grep -E "^\| [0-9]" "$OUT/res/${SLUG}_short_decode.md"
+if [ "${SHORT:-1}" = 1 ]; then
+  TAILN=0 stage short 90 python3 -m flash_attn_cuda.bench_decode --heads 32:8,32:32 --batches 1,2 \
+    --seqlens 1k,2k,3k,4k,8k --impls flash_attn_cuda,attention,sdpa_cudnn --layouts contiguous,paged16 \
+    --prefix "${SLUG}_short" --out "$OUT/res"
+  grep -E "^\| [0-9]" "$OUT/res/${SLUG}_short_decode.md"
+fi
 [ "${TESTS_FIRST:-1}" = 1 ] || TAILN=4 stage tests ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kvcache_gpu.py
 gpu_finish
